@@ -1,0 +1,43 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+# Both are idempotent: the venv and ZooKeeper are only installed when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA_DIR ?= ./data
+PYTEST_ARGS ?=
+
+.PHONY: run test test-slow venv zookeeper bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# ZooKeeper from Debian packages, for the real-ZooKeeper test tier.
+zookeeper:
+	@if [ ! -f /usr/share/java/zookeeper.jar ]; then \
+		echo "installing ZooKeeper (Debian package)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq zookeeper; \
+	fi
+
+run: venv
+	$(VENV)/bin/bookie standalone --data-dir $(DATA_DIR)
+
+# pytest exit code 5 means "no tests collected": that is a failure, not a pass.
+test: venv zookeeper
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+test-slow: venv zookeeper
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) -m loadtest.bench ledger
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,1 @@
+"""Magnetar's replicated ledger store: metadata store, bookies and the ledger client."""

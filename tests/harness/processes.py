@@ -1,0 +1,186 @@
+"""Start, kill and restart real bookie processes through the real ``bookie start`` CLI.
+
+Readiness is a condition with a deadline (the process's /health answers 200),
+never a sleep. Faults are real: ``kill9()`` sends SIGKILL, ``pause()`` SIGSTOP.
+Used by the real-process test tier, the benchmarks and the cluster launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Poll ``condition()`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+@dataclass
+class BookieProcess:
+    metadata_url: str
+    data_dir: Path
+    zone: str
+    upgrade_domain: str = "ud1"
+    port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def network_location(self) -> str:
+        return f"/{self.zone}/{self.upgrade_domain}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.data_dir).parent / f"bookie-{self.port}.log"
+
+    def command(self) -> list[str]:
+        return [
+            str(VENV_BIN / "bookie"), "start",
+            "--metadata-store", self.metadata_url,
+            "--data-dir", str(self.data_dir),
+            "--port", str(self.port),
+            "--http-port", str(self.http_port),
+            "--network-location", self.network_location,
+            *self.extra_args,
+        ]
+
+    def spawn(self) -> subprocess.Popen:
+        """Start the process without waiting for readiness."""
+        Path(self.data_dir).parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+            start_new_session=True,
+        )
+        log.close()
+        return self.proc
+
+    def start(self, timeout_s: float = 30.0) -> "BookieProcess":
+        self.spawn()
+        self.wait_healthy(timeout_s)
+        return self
+
+    def is_healthy(self) -> bool:
+        """True once /health answers 200; raises if the process has exited."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"bookie {self.bookie_id} exited with {self.proc.returncode}:\n{self.log_tail()}")
+        return http_status(f"http://127.0.0.1:{self.http_port}/health") == 200
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        wait_until(self.is_healthy, timeout_s, f"bookie {self.bookie_id} to report healthy")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.alive:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not exit in time."""
+        if not self.alive:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+    def restart(self, timeout_s: float = 30.0) -> "BookieProcess":
+        self.stop()
+        return self.start(timeout_s)
+
+
+@dataclass
+class BookieCluster:
+    """N bookie processes spread round-robin over zones, sharing one metadata store."""
+
+    metadata_url: str
+    root: Path
+    zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
+    count: int = 3
+    extra_args: list[str] = field(default_factory=list)
+    bookies: list[BookieProcess] = field(default_factory=list)
+
+    def start(self, timeout_s: float = 60.0) -> "BookieCluster":
+        for i in range(self.count):
+            bookie = BookieProcess(
+                self.metadata_url, Path(self.root) / f"bookie-{i}" / "data", zone=self.zones[i % len(self.zones)],
+                upgrade_domain=f"ud{i}", extra_args=list(self.extra_args),
+            )
+            bookie.spawn()
+            self.bookies.append(bookie)
+        for bookie in self.bookies:
+            bookie.wait_healthy(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        for bookie in self.bookies:
+            bookie.stop()
+
+    def by_id(self, bookie_id: str) -> BookieProcess:
+        for bookie in self.bookies:
+            if bookie.bookie_id == bookie_id:
+                return bookie
+        raise KeyError(bookie_id)
+
+    def __enter__(self) -> "BookieCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

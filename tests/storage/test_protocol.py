@@ -1,0 +1,89 @@
+"""Bookie wire codec: byte vectors, round trips, and fuzzing of the frame decoder."""
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from storage import protocol as p
+from storage.errors import FrameTooLargeError, MalformedRequestError
+
+
+def frame(fields) -> bytes:
+    body = msgpack.packb(fields, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+def test_add_request_byte_vector():
+    encoded = p.encode(p.AddRequest(rid=7, ledger_id=1, entry_id=2, flags=p.FLAG_RECOVERY, master_key=b"k", body=b"xy"))
+    # length 13, then fixarray(7): ADD, 7, 1, 2, 1, bin8(1) "k", bin8(2) "xy"
+    assert encoded == bytes.fromhex("0000000d" "97" "01" "07" "01" "02" "01" "c4016b" "c4027879")
+
+
+@pytest.mark.parametrize(
+    "message, side",
+    [
+        (p.AddRequest(1, 10, 0, 0, b"key", b"body"), "server"),
+        (p.ReadRequest(2, 10, p.LAST_ENTRY, p.FLAG_FENCE, b"key"), "server"),
+        (p.ReadLacRequest(3, 10), "server"),
+        (p.BatchReadRequest(4, 10, 0, 99, 1 << 20), "server"),
+        (p.AddResponse(1, p.OK, 10, 0), "client"),
+        (p.ReadResponse(2, 2, 10, 5, None), "client"),
+        (p.ReadResponse(2, p.OK, 10, 5, b"entry"), "client"),
+        (p.ReadLacResponse(3, p.OK, 10, 41), "client"),
+        (p.BatchReadResponse(4, p.OK, 10, [b"a", b"b"]), "client"),
+        (p.ErrorResponse(-1, 8, "bad frame"), "client"),
+    ],
+)
+def test_round_trip_every_message(message, side):
+    assert p.FrameDecoder(side).feed(p.encode(message)) == [message]
+
+
+def test_decoder_reassembles_frames_split_at_every_byte():
+    messages = [p.AddRequest(i, 1, i, 0, b"k", bytes([i]) * i) for i in range(5)]
+    stream = b"".join(p.encode(m) for m in messages)
+    decoder = p.FrameDecoder("server")
+    out = []
+    for i in range(len(stream)):
+        out += decoder.feed(stream[i : i + 1])
+    assert out == messages
+
+
+def test_oversized_frame_rejected_before_buffering_it():
+    decoder = p.FrameDecoder("server", max_frame_bytes=1024)
+    with pytest.raises(FrameTooLargeError, match="1025 bytes exceeds the 1024-byte limit"):
+        decoder.feed(struct.pack(">I", 1025))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ([p.ADD, 1, 2], "ADD frame must have 7 fields"),
+        ([p.ADD, 1, "ledger", 0, 0, b"k", b"b"], "expected integers"),
+        ([p.READ, 1, 2, 3, 0, "not-bytes"], "READ key must be bytes"),
+        ([99, 1], "unknown request op 99"),
+        ({"op": 1}, "msgpack array starting"),
+    ],
+)
+def test_malformed_requests_name_the_problem_and_keep_rid(fields, message):
+    with pytest.raises(MalformedRequestError, match=message) as info:
+        p.FrameDecoder("server").feed(frame(fields))
+    if isinstance(fields, list) and len(fields) > 1:
+        assert info.value.rid == fields[1]
+
+
+def test_invalid_msgpack_is_malformed():
+    with pytest.raises(MalformedRequestError, match="not valid msgpack"):
+        p.FrameDecoder("server").feed(struct.pack(">I", 1) + b"\xc1")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_decoder_raises_only_protocol_errors(data):
+    decoder = p.FrameDecoder("server", max_frame_bytes=4096)
+    try:
+        for msg in decoder.feed(data):
+            assert isinstance(msg, (p.AddRequest, p.ReadRequest, p.ReadLacRequest, p.BatchReadRequest))
+    except (MalformedRequestError, FrameTooLargeError):
+        pass
