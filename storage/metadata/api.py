@@ -19,7 +19,10 @@ the embedded backend must be indistinguishable to its users:
   children changes (or the node is deleted). Rapid changes may be coalesced
   into one notification, so a callback re-reads the state it cares about.
   Callbacks run on the event loop that opened the store, never on a foreign
-  thread, and must not block.
+  thread, and must not block. A watch is in force once any later operation
+  of the same store has completed, so the pattern is: register the watch,
+  then read the state it guards through the same store; every change after
+  that read is notified.
 
 Errors raised: ``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
 ``NotEmptyError``, ``NoChildrenForEphemeralsError``, ``SessionExpiredError``,

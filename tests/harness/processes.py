@@ -155,13 +155,14 @@ class BookieCluster:
     zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
     count: int = 3
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     bookies: list[BookieProcess] = field(default_factory=list)
 
     def start(self, timeout_s: float = 60.0) -> "BookieCluster":
         for i in range(self.count):
             bookie = BookieProcess(
                 self.metadata_url, Path(self.root) / f"bookie-{i}" / "data", zone=self.zones[i % len(self.zones)],
-                upgrade_domain=f"ud{i}", extra_args=list(self.extra_args),
+                upgrade_domain=f"ud{i}", extra_args=list(self.extra_args), env=dict(self.env),
             )
             bookie.spawn()
             self.bookies.append(bookie)
