@@ -16,7 +16,8 @@ the embedded backend must be indistinguishable to its users:
   ephemeral nodes.
 * Watches are persistent until cancelled. A data watch fires on create,
   change and delete of its node; a children watch fires when the set of
-  children changes (or the node is deleted). Rapid changes may be coalesced
+  children changes, when the node is created (``CHILDREN_CHANGED``) and
+  when it is deleted (``DELETED``). Rapid changes may be coalesced
   into one notification, so a callback re-reads the state it cares about.
   Callbacks run on the event loop that opened the store, never on a foreign
   thread, and must not block. A watch is in force once any later operation
@@ -26,7 +27,8 @@ the embedded backend must be indistinguishable to its users:
 
 Errors raised: ``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
 ``NotEmptyError``, ``NoChildrenForEphemeralsError``, ``SessionExpiredError``,
-``MetadataConnectionError`` (retriable), all from ``storage.errors``.
+``MetadataConnectionError`` (retriable), ``BadArgumentsError`` (invalid
+path), all from ``storage.errors``.
 """
 
 from __future__ import annotations
@@ -186,3 +188,20 @@ class MetadataStore(abc.ABC):
 
 def join(parent: str, child: str) -> str:
     return ("" if parent == "/" else parent) + "/" + child
+
+
+def check_path(path: str) -> str:
+    """``path`` itself if it names a node; BadArgumentsError otherwise.
+
+    Every backend checks paths with this one function: kazoo would silently
+    turn ``a/b`` or ``/a//b`` into some other node.
+    """
+    from storage.errors import BadArgumentsError
+
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise BadArgumentsError(f"invalid metadata path {path!r}: must be an absolute path")
+    if path != "/" and any(part in ("", ".", "..") for part in path[1:].split("/")):
+        raise BadArgumentsError(f"invalid metadata path {path!r}: empty, '.' or '..' component")
+    if "\0" in path:
+        raise BadArgumentsError(f"invalid metadata path {path!r}: NUL character")
+    return path

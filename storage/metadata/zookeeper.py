@@ -3,19 +3,30 @@
 How this works:
 
 * kazoo runs its own threads. Every operation uses kazoo's ``*_async`` call
-  and is bridged to an asyncio future with ``call_soon_threadsafe``; nothing
-  here blocks the event loop except ``open`` (connect) and ``close``, which
-  run kazoo's blocking calls in a worker thread.
+  and is bridged to an asyncio future with ``call_soon_threadsafe``; connect,
+  close and session expiry run kazoo's blocking calls in a worker thread, so
+  nothing here blocks the event loop.
+* kazoo queues requests made while the connection is down and would wait
+  forever, so an operation unanswered within ``operation_timeout_s``
+  (default: the session timeout, after which the server would have expired
+  us for the same silence) fails with the retriable
+  ``MetadataConnectionError``. As with ZooKeeper's own ConnectionLoss, such
+  a write may still be applied later: callers re-read before retrying.
 * kazoo exceptions are translated into ``storage.errors`` where they enter
   (``_translate``), so callers never see kazoo types.
-* ZooKeeper watches are one-shot and kazoo 2.11 has no persistent watches,
-  so a watch handle re-arms itself each time it fires. A change that lands
-  between the firing and the re-arm is coalesced into the next notification,
-  which the interface allows: callbacks re-read the state they care about.
-* Session events: SUSPENDED (connection lost, session may survive), LOST
-  (expired: ephemerals gone). kazoo then opens a new session by itself; when
-  it is CONNECTED again every watch is re-armed (the server forgot them) and
-  fired once, because changes made while we were away went unseen.
+* ZooKeeper watches are one-shot, and kazoo forgets every watch when the
+  connection drops (SUSPENDED) or the session expires (LOST). A ``_ZkWatch``
+  re-arms itself after each firing and remembers a *token* of what its last
+  arm saw (``mzxid`` of the node for a data watch, ``pzxid`` -- the last
+  change to the child set -- for a children watch, -1 for no node). After a
+  reconnect every watch re-arms and fires once if its token moved while we
+  were away, so nothing that happened during the outage goes unnotified.
+  A change landing between a firing and its re-arm needs no event of its
+  own: the callback re-reads, and that read follows the re-arm on the
+  session, so it sees the change.
+* Session states: SUSPENDED (connection lost, the session may survive),
+  LOST (expired: its ephemerals are gone). kazoo then opens a new session by
+  itself; ``CONNECTED`` follows, and the session id changes.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from kazoo import exceptions as kz
 from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType as KzEvent
 from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
 
 from storage.errors import (
     BadArgumentsError,
@@ -49,6 +61,7 @@ from storage.metadata.api import (
     Watch,
     WatchCallback,
     WatchEvent,
+    check_path,
 )
 
 log = logging.getLogger(__name__)
@@ -59,8 +72,7 @@ _ERRORS = (
     (kz.BadVersionError, BadVersionError),
     (kz.NotEmptyError, NotEmptyError),
     (kz.NoChildrenForEphemeralsError, NoChildrenForEphemeralsError),
-    (kz.SessionExpiredError, SessionExpiredError),
-    (kz.ConnectionClosedError, SessionExpiredError),
+    (kz.SessionExpiredError, SessionExpiredError),  # includes ConnectionClosedError
     (kz.ConnectionLoss, MetadataConnectionError),
     (kz.OperationTimeoutError, MetadataConnectionError),
     (kz.BadArgumentsError, BadArgumentsError),
@@ -72,6 +84,8 @@ _EVENTS = {
     KzEvent.DELETED: EventType.DELETED,
     KzEvent.CHILD: EventType.CHILDREN_CHANGED,
 }
+
+_MISSING = -1  # watch token of a node that does not exist
 
 
 def _translate(exc: BaseException, what: str) -> MetadataError:
@@ -86,73 +100,130 @@ def _stat(zstat) -> Stat:
 
 
 def _split_url(hosts_and_chroot: str) -> tuple[str, str]:
+    """'h1:2181,h2:2181/chroot' -> ('h1:2181,h2:2181', '/chroot'); no chroot -> ''."""
     hosts, slash, chroot = hosts_and_chroot.partition("/")
     if not hosts:
         raise ValueError(f"zk:// URL needs host:port, got {hosts_and_chroot!r}")
-    return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
+    chroot = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else ""
+    return hosts, check_path(chroot) if chroot else ""
+
+
+def _new_client(hosts: str, session_timeout_s: float, client_id=None) -> KazooClient:
+    # Reconnect attempts back off to at most 1 s, so a restarted server is found
+    # again well within a session timeout (kazoo's default backs off to an hour).
+    retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0)
+    return KazooClient(hosts=hosts, timeout=session_timeout_s, client_id=client_id, connection_retry=retry)
+
+
+def _start(client: KazooClient, timeout_s: float, hosts: str) -> None:
+    """Blocking: connect or raise MetadataConnectionError (the client is then released)."""
+    try:
+        client.start(timeout_s)
+    except Exception as exc:  # kazoo raises its handler's plain timeout type when nobody answers
+        _stop(client)
+        raise MetadataConnectionError(f"cannot connect to ZooKeeper at {hosts} within {timeout_s:g}s: {exc}") from exc
+
+
+def _stop(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def _ensure_chroot(hosts: str, chroot: str, session_timeout_s: float) -> None:
+    client = _new_client(hosts, session_timeout_s)
+    _start(client, session_timeout_s, hosts)
+    try:
+        client.ensure_path(chroot)
+    except kz.KazooException as exc:
+        raise _translate(exc, f"create chroot {chroot} on {hosts}") from exc
+    finally:
+        _stop(client)
+
+
+def _close_session(hosts: str, client_id, session_timeout_s: float) -> None:
+    """Join a live session with its id and password, then close it: the server expires it for everyone."""
+    twin = _new_client(hosts, session_timeout_s, client_id)
+    _start(twin, session_timeout_s, hosts)
+    _stop(twin)
+
+
+def _settle(future: asyncio.Future, result) -> None:
+    if future.done():  # timed out meanwhile
+        return
+    if result.exception is not None:
+        future.set_exception(result.exception)
+    else:
+        future.set_result(result.value)
 
 
 class _ZkWatch(Watch):
-    """A persistent watch built from re-armed one-shot ZooKeeper watches.
-
-    Re-arming is itself a read (exists / get_children) that sets the next
-    watch. A change made by *another* session between the firing and the
-    re-arm would go unseen, so the re-arm's answer is compared with the last
-    known existence of the node: a node that appeared or vanished meanwhile
-    produces the missed CREATED / DELETED. Data changes in that gap need no
-    event: the owner re-reads after every notification through this session,
-    and ZooKeeper orders one session's requests, so its read follows the
-    re-arm and sees them.
-    """
+    """A persistent watch built from re-armed one-shot ZooKeeper watches (see the module docstring)."""
 
     def __init__(self, store: "ZooKeeperStore", path: str, callback: WatchCallback, children: bool):
         self.store, self.path, self.callback, self.children = store, path, callback, children
         self.cancelled = False
-        self.known_exists: bool | None = None  # unknown until the first arm answers
+        self.token: int | None = None  # None: unknown (not armed yet, or fired and being re-armed)
 
-    def arm(self) -> None:
+    def arm(self) -> None:  # event loop
         if self.cancelled or self.store._closed:
             return
         client = self.store._client
         if self.children:
-            client.get_children_async(self.path, watch=self._fired).rawlink(self._children_armed)
+            client.get_children_async(self.path, watch=self._fired, include_data=True).rawlink(self._children_armed)
         else:
             client.exists_async(self.path, watch=self._fired).rawlink(self._data_armed)
 
-    def _data_armed(self, result) -> None:  # kazoo thread
+    # kazoo thread: answers to arm(). Failures (connection trouble) need nothing: a reconnect re-arms.
+
+    def _data_armed(self, result) -> None:
         if result.exception is None:
-            self.store._post(self._observed, result.value is not None)
+            self.store._post(self._observed, _MISSING if result.value is None else result.value.mzxid)
 
-    def _children_armed(self, result) -> None:  # kazoo thread
-        if isinstance(result.exception, kz.NoNodeError) and not self.cancelled:
-            # A children watch cannot be set on a missing node: wait for its creation instead.
-            self.store._client.exists_async(self.path, watch=self._fired)
-            self.store._post(self._observed, False)
-        elif result.exception is None:
-            self.store._post(self._observed, True)
+    def _children_armed(self, result) -> None:
+        if result.exception is None:
+            self.store._post(self._observed, result.value[1].pzxid)
+        elif isinstance(result.exception, kz.NoNodeError) and not self.cancelled:
+            # A children watch cannot be set on a missing node: watch for its creation instead.
+            self.store._client.exists_async(self.path, watch=self._created).rawlink(self._creation_armed)
 
-    def _observed(self, exists: bool) -> None:  # event loop
-        before, self.known_exists = self.known_exists, exists
-        if self.cancelled or before is None or before == exists:
-            return
-        if exists:
-            self.callback(WatchEvent(EventType.CHILDREN_CHANGED if self.children else EventType.CREATED, self.path))
-        else:
-            self.callback(WatchEvent(EventType.DELETED, self.path))
+    def _creation_armed(self, result) -> None:
+        if result.exception is None:
+            if result.value is None:
+                self.store._post(self._observed, _MISSING)
+            else:  # created in between: watch its children after all
+                self.store._post(self.arm)
 
-    def _fired(self, event) -> None:  # kazoo thread
+    # kazoo thread: watch notifications. Session events (type NONE) are handled by the store.
+
+    def _fired(self, event) -> None:
         if event.type in _EVENTS:
             self.store._post(self._deliver, _EVENTS[event.type])
 
-    def _deliver(self, kind: EventType) -> None:  # event loop
+    def _created(self, event) -> None:
+        if event.type == KzEvent.CREATED:
+            self.store._post(self._deliver, EventType.CHILDREN_CHANGED)
+
+    # event loop
+
+    def _deliver(self, kind: EventType) -> None:
         if self.cancelled:
             return
-        self.known_exists = kind is not EventType.DELETED
+        self.token = None  # the callback re-reads, so the re-arm's answer is recorded, not reported
         self.arm()
-        if self.children and kind is EventType.CREATED:
+        self.callback(WatchEvent(kind, self.path))
+
+    def _observed(self, token: int) -> None:
+        before, self.token = self.token, token
+        if self.cancelled or before is None or before == token:
+            return
+        if token == _MISSING:
+            kind = EventType.DELETED
+        elif self.children:
             kind = EventType.CHILDREN_CHANGED
-        if self.children and kind is EventType.CHANGED:
-            return  # the exists-watch used while the node was missing also reports data changes
+        else:
+            kind = EventType.CREATED if before == _MISSING else EventType.CHANGED
         self.callback(WatchEvent(kind, self.path))
 
     def cancel(self) -> None:
@@ -163,83 +234,90 @@ class _ZkWatch(Watch):
 class ZooKeeperStore(MetadataStore):
     """One ZooKeeper session. Open with ``open_store('zk://host:port/chroot')``."""
 
-    def __init__(self, client: KazooClient, loop: asyncio.AbstractEventLoop, hosts: str, chroot: str):
+    def __init__(self, client: KazooClient, loop, hosts: str, session_timeout_s: float, operation_timeout_s: float):
         self._client = client
         self._loop = loop
         self._hosts = hosts
-        self._chroot = chroot
+        self._session_timeout_s = session_timeout_s
+        self._op_timeout_s = operation_timeout_s
         self._listeners: list[SessionListener] = []
         self._watches: set[_ZkWatch] = set()
         self._closed = False
-        self._lost = False
+        self._away = False  # SUSPENDED or LOST since the last CONNECTED: watches need re-arming
         self._session_id = client.client_id[0] if client.client_id else 0
         client.add_listener(self._on_state)
 
     @classmethod
-    async def open(cls, hosts_and_chroot: str, *, session_timeout_s: float = 10.0) -> "ZooKeeperStore":
+    async def open(
+        cls, hosts_and_chroot: str, *, session_timeout_s: float = 10.0, operation_timeout_s: float | None = None
+    ) -> "ZooKeeperStore":
+        """Connect to ``host:port[,host:port][/chroot]``, creating the chroot if missing.
+
+        Raises MetadataConnectionError when no server answers within the session timeout.
+        """
         hosts, chroot = _split_url(hosts_and_chroot)
-        loop = asyncio.get_running_loop()
         if chroot:
             await asyncio.to_thread(_ensure_chroot, hosts, chroot, session_timeout_s)
-        client = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s)
-        try:
-            await asyncio.to_thread(client.start, max(session_timeout_s, 5.0))
-        except Exception as exc:
-            await asyncio.to_thread(client.close)
-            raise MetadataConnectionError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
-        return cls(client, loop, hosts, chroot)
+        client = _new_client(hosts + chroot, session_timeout_s)
+        await asyncio.to_thread(_start, client, session_timeout_s, hosts)
+        loop = asyncio.get_running_loop()
+        return cls(client, loop, hosts, session_timeout_s, operation_timeout_s or session_timeout_s)
 
     # ---- bridging ------------------------------------------------------------
 
     def _post(self, fn, *args) -> None:
-        if not self._loop.is_closed():
+        """Run ``fn(*args)`` on the store's loop; callable from any thread."""
+        try:
             self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed: nobody is left to tell
+            pass
 
     async def _call(self, what: str, start):
         if self._closed:
             raise SessionExpiredError(f"{what}: this metadata store session is closed")
         future = self._loop.create_future()
-
-        def done(result) -> None:  # kazoo thread
-            self._post(_settle, future, result)
-
+        start().rawlink(lambda result: self._post(_settle, future, result))
         try:
-            start().rawlink(done)
-        except Exception as exc:  # argument validation happens synchronously in kazoo
-            raise _translate(exc, what) from exc
-        try:
-            return await future
-        except MetadataError:
-            raise
-        except Exception as exc:
+            return await asyncio.wait_for(future, self._op_timeout_s)
+        except TimeoutError as exc:
+            raise MetadataConnectionError(
+                f"{what}: no answer from ZooKeeper within {self._op_timeout_s:g}s"
+            ) from exc
+        except kz.KazooException as exc:
             raise _translate(exc, what) from exc
 
     # ---- operations ----------------------------------------------------------
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
+        check_path(path)
         data, zstat = await self._call(f"get {path}", lambda: self._client.get_async(path))
         return data, _stat(zstat)
 
     async def exists(self, path: str) -> Stat | None:
+        check_path(path)
         zstat = await self._call(f"exists {path}", lambda: self._client.exists_async(path))
         return None if zstat is None else _stat(zstat)
 
     async def create(self, path, data=b"", *, ephemeral=False, sequential=False, make_parents=False) -> str:
+        check_path(path)
+        data = bytes(data)
         return await self._call(
             f"create {path}",
-            lambda: self._client.create_async(
-                path, bytes(data), ephemeral=ephemeral, sequence=sequential, makepath=make_parents
-            ),
+            lambda: self._client.create_async(path, data, ephemeral=ephemeral, sequence=sequential, makepath=make_parents),
         )
 
     async def set(self, path: str, data: bytes, expected_version: int = ANY_VERSION) -> Stat:
-        zstat = await self._call(f"set {path}", lambda: self._client.set_async(path, bytes(data), expected_version))
+        check_path(path)
+        data = bytes(data)
+        zstat = await self._call(f"set {path}", lambda: self._client.set_async(path, data, expected_version))
         return _stat(zstat)
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
+        check_path(path)
         await self._call(f"delete {path}", lambda: self._client.delete_async(path, expected_version))
 
     async def children(self, path: str) -> list[str]:
+        check_path(path)
         return sorted(await self._call(f"children {path}", lambda: self._client.get_children_async(path)))
 
     def watch_data(self, path: str, callback: WatchCallback) -> Watch:
@@ -251,7 +329,7 @@ class ZooKeeperStore(MetadataStore):
     def _watch(self, path: str, callback: WatchCallback, children: bool) -> Watch:
         if self._closed:
             raise SessionExpiredError("this metadata store session is closed")
-        handle = _ZkWatch(self, path, callback, children)
+        handle = _ZkWatch(self, check_path(path), callback, children)
         self._watches.add(handle)
         handle.arm()
         return handle
@@ -265,59 +343,55 @@ class ZooKeeperStore(MetadataStore):
     def session_id(self) -> int:
         return self._session_id
 
-    def _on_state(self, state) -> None:  # kazoo thread; must not block
+    def _on_state(self, state: KazooState) -> None:  # kazoo thread; must not block
         self._post(self._state_changed, state)
 
-    def _state_changed(self, state) -> None:
+    def _state_changed(self, state: KazooState) -> None:
         if self._closed:
             return
-        if state == KazooState.LOST:
-            self._lost = True
-            ours = SessionState.LOST
-        elif state == KazooState.SUSPENDED:
-            ours = SessionState.SUSPENDED
-        else:
-            ours = SessionState.CONNECTED
+        if state == KazooState.CONNECTED:
             client_id = self._client.client_id
-            self._session_id = client_id[0] if client_id else self._session_id
-            if self._lost:
-                self._lost = False
-                self._rearm_all()
+            if client_id:
+                self._session_id = client_id[0]
+            if self._away:
+                self._away = False
+                for handle in list(self._watches):
+                    handle.arm()
+            ours = SessionState.CONNECTED
+        else:
+            self._away = True
+            ours = SessionState.LOST if state == KazooState.LOST else SessionState.SUSPENDED
+        log.info("ZooKeeper session 0x%x on %s: %s", self._session_id, self._hosts, ours.value)
         for listener in list(self._listeners):
-            listener(ours)
-
-    def _rearm_all(self) -> None:
-        for handle in list(self._watches):
-            handle.arm()
-            handle.callback(WatchEvent(EventType.CHILDREN_CHANGED if handle.children else EventType.CHANGED, handle.path))
+            self._loop.call_soon(listener, ours)  # one failing listener must not silence the rest
 
     async def expire_session(self) -> None:
-        """Expire the session the classic way: a second client joins it with its id and password, then closes."""
-        old = self._session_id
-        reconnected = asyncio.Event()
-        saw_lost = False
+        """Expire the session the classic way: a twin client joins it with its id and password, then closes it.
 
-        def watch(state: SessionState) -> None:
-            nonlocal saw_lost
-            saw_lost = saw_lost or state is SessionState.LOST
-            if saw_lost and state is SessionState.CONNECTED and self._session_id != old:
-                reconnected.set()
+        Returns once this store is CONNECTED on a new session. Raises MetadataConnectionError
+        if that does not happen within three session timeouts.
+        """
+        client_id = self._client.client_id
+        if self._closed or client_id is None:
+            raise SessionExpiredError("this metadata store has no live session to expire")
+        renewed = asyncio.Event()
+        lost = False
 
-        self.add_session_listener(watch)
+        def follow(state: SessionState) -> None:
+            nonlocal lost
+            lost = lost or state is SessionState.LOST
+            if lost and state is SessionState.CONNECTED:
+                renewed.set()
+
+        self._listeners.append(follow)  # last, so every other listener has heard CONNECTED first
+        deadline_s = max(3 * self._session_timeout_s, 10.0)
         try:
-            await asyncio.to_thread(_close_session, self._hosts, self._client.client_id)
-            # The server tells us only when we next talk to it: poke until it does.
-            while not reconnected.is_set():
-                try:
-                    await asyncio.wait_for(self.exists("/"), 1.0)
-                except (MetadataError, asyncio.TimeoutError):
-                    pass
-                try:
-                    await asyncio.wait_for(reconnected.wait(), 0.2)
-                except asyncio.TimeoutError:
-                    pass
+            await asyncio.to_thread(_close_session, self._hosts, client_id, self._session_timeout_s)
+            await asyncio.wait_for(renewed.wait(), deadline_s)
+        except TimeoutError as exc:
+            raise MetadataConnectionError(f"session 0x{client_id[0]:x} was not renewed within {deadline_s:g}s") from exc
         finally:
-            self._listeners.remove(watch)
+            self._listeners.remove(follow)
 
     async def close(self) -> None:
         if self._closed:
@@ -325,35 +399,4 @@ class ZooKeeperStore(MetadataStore):
         self._closed = True
         for handle in list(self._watches):
             handle.cancel()
-        client = self._client
-        await asyncio.to_thread(lambda: (client.stop(), client.close()))
-
-
-def _settle(future: asyncio.Future, result) -> None:
-    if future.done():
-        return
-    if result.exception is not None:
-        future.set_exception(result.exception)
-    else:
-        future.set_result(result.value)
-
-
-def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
-    client = KazooClient(hosts=hosts, timeout=timeout_s)
-    try:
-        client.start(max(timeout_s, 5.0))
-        client.ensure_path(chroot)
-    except kz.KazooException as exc:
-        raise MetadataConnectionError(f"cannot create chroot {chroot} on ZooKeeper {hosts}: {exc}") from exc
-    except Exception as exc:  # kazoo raises a plain timeout error when it cannot connect
-        raise MetadataConnectionError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
-    finally:
-        client.stop()
-        client.close()
-
-
-def _close_session(hosts: str, client_id) -> None:
-    twin = KazooClient(hosts=hosts, client_id=client_id)
-    twin.start(10)
-    twin.stop()
-    twin.close()
+        await asyncio.to_thread(_stop, self._client)

@@ -1,0 +1,78 @@
+"""What only the ZooKeeper backend has to handle: chroots, an unreachable server, a server restart."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from storage.errors import MetadataConnectionError
+from storage.metadata import EventType, SessionState, open_store
+from storage.metadata.zookeeper import ZooKeeperStore
+from tests.harness.processes import free_port
+from tests.harness.zookeeper import ZooKeeperServer
+
+DEADLINE_S = 15.0
+
+
+async def next_item(queue: asyncio.Queue, want) -> object:
+    async def find():
+        while True:
+            item = await queue.get()
+            if want(item):
+                return item
+    return await asyncio.wait_for(find(), DEADLINE_S)
+
+
+async def test_chroot_is_created_and_isolates(zookeeper_server):
+    name = f"/t-{uuid.uuid4().hex[:12]}/nested"
+    async with await open_store(zookeeper_server.url(name)) as inside:
+        await inside.create("/ledgers", b"mine")
+        assert await inside.children("/") == ["ledgers"]
+        async with await open_store(zookeeper_server.url()) as whole:
+            assert (await whole.get(f"{name}/ledgers"))[0] == b"mine"
+        async with await open_store(zookeeper_server.url(f"/t-{uuid.uuid4().hex[:12]}")) as neighbour:
+            assert await neighbour.exists("/ledgers") is None
+
+
+async def test_unreachable_server_is_a_retriable_connection_error():
+    with pytest.raises(MetadataConnectionError) as caught:
+        await open_store(f"zk://127.0.0.1:{free_port()}/x", session_timeout_s=1.0)
+    assert caught.value.retriable
+
+
+@pytest.fixture
+def private_zookeeper(tmp_path):
+    """A server of this test's own, free to be killed and restarted."""
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    yield server
+    server.stop()
+
+
+async def test_session_survives_a_server_restart(private_zookeeper):
+    url = private_zookeeper.url("/restart")
+    store = await ZooKeeperStore.open(url.removeprefix("zk://"), session_timeout_s=20.0, operation_timeout_s=1.0)
+    states = asyncio.Queue()
+    store.add_session_listener(states.put_nowait)
+    await store.create("/owner", b"", ephemeral=True)
+    events = asyncio.Queue()
+    store.watch_data("/w", events.put_nowait)
+    assert await store.exists("/w") is None
+    session = store.session_id
+
+    private_zookeeper.stop(kill=True)
+    await next_item(states, lambda s: s is SessionState.SUSPENDED)
+    with pytest.raises(MetadataConnectionError) as caught:
+        await store.exists("/owner")  # no server: answered by the operation timeout, not a hang
+    assert caught.value.retriable
+
+    await asyncio.to_thread(private_zookeeper.start)
+    await next_item(states, lambda s: s is SessionState.CONNECTED)
+    assert store.session_id == session
+    assert (await store.exists("/owner")).ephemeral_owner == session, "the session and its ephemerals survived"
+    # kazoo forgot every watch when the connection dropped; ours must have been re-armed.
+    async with await open_store(url) as peer:
+        await peer.create("/w", b"after")
+        await next_item(events, lambda e: e.type is EventType.CREATED)
+    await store.close()
