@@ -1,0 +1,273 @@
+"""The bookie's network side: storage/protocol.py frames in, Bookie core calls, responses out.
+
+How this works:
+
+* One ``BookieConnection`` (an asyncio Protocol) per client connection feeds
+  bytes to the pure ``FrameDecoder`` and runs each request as its own task,
+  so requests pipeline and responses leave in completion order, each with
+  its request id. A connection with too many requests in flight stops
+  reading until half of them are answered (backpressure instead of an
+  unbounded task pile).
+* Malformed or oversized input gets one ``ErrorResponse`` frame naming the
+  problem, then that connection -- and only that one -- is closed.
+* Adds pass the ``LedgerGate`` first. The bookie learns a ledger's state
+  from its metadata the first time it sees the ledger and keeps it fresh
+  with a data watch: an add to a ledger with no metadata fails
+  ``NoSuchLedger``; an add to a CLOSED ledger fails ``LedgerClosed`` (a
+  stray writer after close), unless it is a recovery add.
+* Read-only mode refuses adds with ``BookieReadOnly`` but accepts recovery
+  adds, as BookKeeper lets high-priority (recovery) writes through: a
+  recovery must be able to finish even when a bookie of the old ensemble
+  went read-only. Reads are always served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from storage import protocol as p
+from storage.bookie.bookie import Bookie
+from storage.bookie.config import BookieConfig
+from storage.errors import (
+    BookieInternalError,
+    BookieReadOnlyError,
+    BookieShuttingDownError,
+    FrameTooLargeError,
+    LedgerClosedError,
+    LedgerMetadataError,
+    MalformedRequestError,
+    MetadataError,
+    NoNodeError,
+    NoSuchLedgerError,
+    StorageError,
+)
+from storage.ledger_metadata import LedgerMetadata, LedgerState
+from storage.metadata import MetadataStore, paths
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT_PER_CONNECTION = 4096
+
+
+class LedgerGate:
+    """Which ledgers may take normal adds, from their metadata (cached, kept fresh by watches)."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+        self._states: dict[int, LedgerState] = {}
+        self._loading: dict[int, asyncio.Future] = {}
+        self._watches: dict = {}
+
+    def allows(self, ledger_id: int, recovery: bool) -> bool:
+        """Fast path: True when the cached state lets this add through without a metadata read."""
+        state = self._states.get(ledger_id)
+        return state is not None and (recovery or state is not LedgerState.CLOSED)
+
+    async def check(self, ledger_id: int, recovery: bool) -> None:
+        """Raises NoSuchLedgerError or LedgerClosedError."""
+        state = self._states.get(ledger_id)
+        if state is None:
+            state = await self._load(ledger_id)
+        if state is LedgerState.CLOSED and not recovery:
+            raise LedgerClosedError(f"ledger {ledger_id} is closed")
+
+    async def _load(self, ledger_id: int) -> LedgerState:
+        pending = self._loading.get(ledger_id)
+        if pending is None:
+            pending = self._loading[ledger_id] = asyncio.ensure_future(self._read(ledger_id))
+            pending.add_done_callback(lambda _f: self._loading.pop(ledger_id, None))
+        return await asyncio.shield(pending)
+
+    async def _read(self, ledger_id: int) -> LedgerState:
+        path = paths.ledger_path(ledger_id)
+        if ledger_id not in self._watches:
+            self._watches[ledger_id] = self._store.watch_data(path, lambda _e: self._refresh(ledger_id))
+        try:
+            data, _ = await self._store.get(path)
+            state = LedgerMetadata.from_bytes(data).state
+        except NoNodeError:
+            self._forget(ledger_id)
+            raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata: it was never created or has been deleted")
+        except LedgerMetadataError as exc:
+            self._forget(ledger_id)
+            raise NoSuchLedgerError(f"ledger {ledger_id} has unreadable metadata: {exc}") from exc
+        self._states[ledger_id] = state
+        return state
+
+    def _refresh(self, ledger_id: int) -> None:
+        if ledger_id in self._states:
+            task = asyncio.ensure_future(self._read(ledger_id))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # outcome is in the cache
+
+    def _forget(self, ledger_id: int) -> None:
+        self._states.pop(ledger_id, None)
+        watch = self._watches.pop(ledger_id, None)
+        if watch is not None:
+            watch.cancel()
+
+    def close(self) -> None:
+        for ledger_id in list(self._watches):
+            self._forget(ledger_id)
+
+
+class ServerMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.connections = Gauge("bookie_server_connections", "Open client connections", registry=registry)
+        self.requests = Counter("bookie_server_requests", "Requests answered, by op and status", ["op", "status"],
+                                registry=registry)
+        self.protocol_errors = Counter("bookie_server_protocol_errors", "Connections closed for bad input", ["reason"],
+                                       registry=registry)
+        self.read_only = Gauge("bookie_read_only", "1 while the bookie refuses writes", registry=registry)
+
+
+_OP_NAMES = {p.ADD: "add", p.READ: "read", p.READ_LAC: "read_lac", p.BATCH_READ: "batch_read"}
+_OP_BY_TYPE = {p.AddResponse: p.ADD, p.ReadResponse: p.READ, p.ReadLacResponse: p.READ_LAC,
+               p.BatchReadResponse: p.BATCH_READ}
+
+
+class BookieServer:
+    """Serves one Bookie core on a TCP port. ``await BookieServer.start(...)``, ``await server.stop()``."""
+
+    def __init__(self, bookie: Bookie, store: MetadataStore, config: BookieConfig, registry: CollectorRegistry):
+        self.bookie = bookie
+        self.config = config
+        self.gate = LedgerGate(store)
+        self.metrics = ServerMetrics(registry)
+        self.read_only = False
+        self._connections: set[BookieConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._stopping = False
+
+    @classmethod
+    async def start(cls, bookie, store, config, registry) -> "BookieServer":
+        server = cls(bookie, store, config, registry)
+        loop = asyncio.get_running_loop()
+        server._server = await loop.create_server(lambda: BookieConnection(server), config.host, config.port,
+                                                  reuse_address=True)
+        return server
+
+    @property
+    def port(self) -> int:
+        return self._server.sockets[0].getsockname()[1]
+
+    def set_read_only(self, read_only: bool) -> None:
+        self.read_only = read_only
+        self.metrics.read_only.set(1 if read_only else 0)
+
+    async def handle(self, request: p.Request) -> p.Response:
+        """Run one request against the core; every StorageError becomes its status code."""
+        try:
+            if self._stopping:
+                raise BookieShuttingDownError("bookie is shutting down")
+            if type(request) is p.AddRequest:
+                return await self._add(request)
+            if type(request) is p.ReadRequest:
+                if request.fence:
+                    await self.bookie.fence(request.ledger_id, request.master_key)
+                body = await self.bookie.read_entry(request.ledger_id, request.entry_id)
+                return p.ReadResponse(request.rid, p.OK, request.ledger_id, request.entry_id, body)
+            if type(request) is p.ReadLacRequest:
+                return p.ReadLacResponse(request.rid, p.OK, request.ledger_id, self.bookie.read_lac(request.ledger_id))
+            bodies = await self.bookie.read_range(request.ledger_id, request.first_entry_id, request.last_entry_id,
+                                                  request.max_bytes)
+            return p.BatchReadResponse(request.rid, p.OK, request.ledger_id, bodies)
+        except StorageError as exc:
+            return _error_response(request, exc.code)
+        except MetadataError as exc:  # the gate could not reach the store: retriable for the client
+            log.warning("metadata error serving %s: %s", request, exc)
+            return _error_response(request, BookieInternalError.code)
+        except Exception:
+            log.exception("internal error serving %s", type(request).__name__)
+            return _error_response(request, BookieInternalError.code)
+
+    async def _add(self, request: p.AddRequest) -> p.AddResponse:
+        if self.read_only and not request.recovery:
+            raise BookieReadOnlyError("bookie is read-only (disk usage above threshold)")
+        if not self.gate.allows(request.ledger_id, request.recovery):
+            await self.gate.check(request.ledger_id, request.recovery)
+        await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
+                                    request.recovery)
+        return p.AddResponse(request.rid, p.OK, request.ledger_id, request.entry_id)
+
+    async def stop(self) -> None:
+        """Stop accepting, answer in-flight requests, close connections."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            await conn.drain_and_close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.gate.close()
+
+
+def _error_response(request: p.Request, status: int) -> p.Response:
+    if type(request) is p.AddRequest:
+        return p.AddResponse(request.rid, status, request.ledger_id, request.entry_id)
+    if type(request) is p.ReadRequest:
+        return p.ReadResponse(request.rid, status, request.ledger_id, request.entry_id, None)
+    if type(request) is p.ReadLacRequest:
+        return p.ReadLacResponse(request.rid, status, request.ledger_id, -1)
+    return p.BatchReadResponse(request.rid, status, request.ledger_id, [])
+
+
+class BookieConnection(asyncio.Protocol):
+    def __init__(self, server: BookieServer):
+        self.server = server
+        self.decoder = p.FrameDecoder("server", server.config.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.in_flight: set[asyncio.Task] = set()
+        self.paused = False
+        self.closed = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.server._connections.add(self)
+        self.server.metrics.connections.inc()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self in self.server._connections:
+            self.server._connections.discard(self)
+            self.server.metrics.connections.dec()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            requests = self.decoder.feed(data)
+        except (MalformedRequestError, FrameTooLargeError) as exc:
+            self._reject(exc)
+            return
+        for request in requests:
+            task = asyncio.ensure_future(self.server.handle(request))
+            self.in_flight.add(task)
+            task.add_done_callback(self._answered)
+        if len(self.in_flight) >= MAX_IN_FLIGHT_PER_CONNECTION and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _answered(self, task: asyncio.Task) -> None:
+        self.in_flight.discard(task)
+        response = task.result()  # handle() never raises
+        self.server.metrics.requests.labels(_OP_NAMES[_OP_BY_TYPE[type(response)]], str(response.status)).inc()
+        if not self.closed:
+            self.transport.write(p.encode(response))
+        if self.paused and len(self.in_flight) <= MAX_IN_FLIGHT_PER_CONNECTION // 2 and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def _reject(self, exc: StorageError) -> None:
+        rid = getattr(exc, "rid", -1)
+        self.server.metrics.protocol_errors.labels(type(exc).__name__).inc()
+        log.warning("closing connection from %s: %s", self.transport.get_extra_info("peername"), exc)
+        self.transport.write(p.encode(p.ErrorResponse(rid, exc.code, str(exc))))
+        self.transport.close()
+        self.closed = True
+
+    async def drain_and_close(self) -> None:
+        if self.in_flight:
+            await asyncio.wait(list(self.in_flight), timeout=5)
+        if not self.closed:
+            self.transport.close()
