@@ -12,9 +12,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
+SERVICE = web.AppKey("service", object)
+
+
 async def start_http(service, host: str, port: int) -> web.AppRunner:
     app = web.Application()
-    app["service"] = service
+    app[SERVICE] = service
     app.add_routes([
         web.get("/health", _health),
         web.get("/metrics", _metrics),
@@ -28,18 +31,18 @@ async def start_http(service, host: str, port: int) -> web.AppRunner:
 
 
 async def _health(request: web.Request) -> web.Response:
-    serving = request.app["service"].serving
+    serving = request.app[SERVICE].serving
     return web.Response(status=200 if serving else 503, text="OK" if serving else "NOT SERVING")
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    service = request.app["service"]
+    service = request.app[SERVICE]
     service.refresh_gauges()
     return web.Response(body=generate_latest(service.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _info(request: web.Request) -> web.Response:
-    return web.json_response(request.app["service"].info())
+    return web.json_response(request.app[SERVICE].info())
 
 
 async def _set_read_only(request: web.Request) -> web.Response:
@@ -50,5 +53,5 @@ async def _set_read_only(request: web.Request) -> web.Response:
             raise TypeError
     except (ValueError, KeyError, TypeError):
         return web.json_response({"error": 'body must be {"readOnly": true | false | null}'}, status=400)
-    await request.app["service"].force_read_only(value)
-    return web.json_response(request.app["service"].info())
+    await request.app[SERVICE].force_read_only(value)
+    return web.json_response(request.app[SERVICE].info())

@@ -1,0 +1,150 @@
+"""BookieService: one whole bookie -- cookie, core, protocol server, registration, HTTP, GC, disk monitor.
+
+Start-up order matters:
+
+1. open the metadata store (or use the one given: standalone mode shares one tree);
+2. check the cookie -- a bookie pointed at the wrong or wiped directories
+   refuses to start before it touches them;
+3. open the core (journal replay happens here);
+4. serve the protocol, then HTTP;
+5. measure the disk once, then register (writable or read-only), so clients
+   never see a bookie that is not ready;
+6. start the GC and disk-monitor loops.
+
+Stopping reverses it: deregister first so clients stop choosing this bookie,
+then drain the server, stop the loops, close the core (which checkpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from storage.bookie.bookie import Bookie
+from storage.bookie.config import BookieConfig
+from storage.bookie.cookie import check_and_write_cookie
+from storage.bookie.disk_monitor import DiskMonitor
+from storage.bookie.gc import GarbageCollector
+from storage.bookie.http import start_http
+from storage.bookie.registration import Registration
+from storage.bookie.server import BookieServer
+from storage.metadata import MetadataStore, open_store
+
+log = logging.getLogger(__name__)
+
+
+class BookieService:
+    def __init__(self, config: BookieConfig):
+        self.config = config
+        self.registry = CollectorRegistry()
+        self.store: MetadataStore | None = None
+        self.bookie: Bookie | None = None
+        self.server: BookieServer | None = None
+        self.registration: Registration | None = None
+        self.disk_monitor: DiskMonitor | None = None
+        self.gc: GarbageCollector | None = None
+        self.serving = False
+        self._owns_store = False
+        self._http = None
+        self._tasks: list[asyncio.Task] = []
+        self._disk_usage = Gauge("bookie_disk_usage_bytes", "Bytes used by journal and ledger dirs", registry=self.registry)
+
+    @classmethod
+    async def start(cls, config: BookieConfig, *, store: MetadataStore | None = None) -> "BookieService":
+        """Start a bookie. Raises CookieMismatchError, MetadataError, OSError (port in use)."""
+        service = cls(config)
+        try:
+            await service._start(store)
+        except BaseException:
+            await service.stop()
+            raise
+        return service
+
+    async def _start(self, store: MetadataStore | None) -> None:
+        config = self.config
+        if store is None:
+            store = await open_store(config.metadata_store_url, session_timeout_s=config.session_timeout_s)
+            self._owns_store = True
+        self.store = store
+        await check_and_write_cookie(store, config)
+        self.bookie = await Bookie.open(config, registry=self.registry)
+        self.server = await BookieServer.start(self.bookie, store, config, self.registry)
+        self._http = await start_http(self, config.host, config.http_port)
+        self.registration = Registration(store, config, self.http_port)
+        self.disk_monitor = DiskMonitor(config, self._mode_changed)
+        read_only = await self.disk_monitor.check_once() if config.read_only_mode_enabled else False
+        self.server.set_read_only(read_only)
+        await self.registration.register(read_only)
+        self.gc = GarbageCollector(self.bookie, store, config)
+        self._tasks.append(asyncio.ensure_future(self.gc.run_forever()))
+        if config.read_only_mode_enabled:
+            self._tasks.append(asyncio.ensure_future(self.disk_monitor.run_forever()))
+        self.serving = True
+        log.info("bookie %s serving on %s:%d (http %d, %s)", config.bookie_id, config.host, self.port,
+                 self.http_port, config.network_location)
+
+    async def _mode_changed(self, read_only: bool) -> None:
+        self.server.set_read_only(read_only)
+        await self.registration.register(read_only)
+
+    async def force_read_only(self, read_only: bool | None) -> None:
+        """Admin override of the disk monitor (None returns control to it)."""
+        self.disk_monitor.force(read_only)
+        await self.disk_monitor.check_once()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def http_port(self) -> int:
+        return self._http.addresses[0][1] if self._http and self._http.addresses else self.config.http_port
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.server and self.server.read_only)
+
+    def refresh_gauges(self) -> None:
+        if self.bookie is not None:
+            self._disk_usage.set(self.bookie.disk_usage_bytes())
+
+    def info(self) -> dict:
+        described = self.registration.describe() if self.registration else {}
+        return {**described, "serving": self.serving, "ledgers": len(self.bookie.ledger_ids()) if self.bookie else 0}
+
+    async def stop(self) -> None:
+        """Deregister, drain and close everything this service started. Idempotent."""
+        self.serving = False
+        if self.registration is not None:
+            try:
+                await self.registration.unregister()
+            except Exception as exc:  # the store may be gone already; the node is ephemeral anyway
+                log.warning("could not deregister %s: %s", self.config.bookie_id, exc)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        if self.bookie is not None:
+            await self.bookie.close()
+            self.bookie = None
+        if self._owns_store and self.store is not None:
+            await self.store.close()
+            self.store = None
+
+    async def __aenter__(self) -> "BookieService":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()

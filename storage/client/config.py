@@ -1,0 +1,114 @@
+"""Ledger client configuration: one frozen dataclass (STYLE.md 4).
+
+Units are in the names. Defaults follow what a BookKeeper / Pulsar operator
+expects: zone rules are *soft* by default (BookKeeper's
+``enforceMinNumRacksPerWriteQuorum=false``), so a single-zone development
+cluster still works and only logs a warning; production clusters set
+``placement_mode="strict"`` to refuse ensembles that would put a whole write
+set in one zone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from storage.protocol import DEFAULT_MAX_FRAME_BYTES
+
+STRICT = "strict"
+SOFT = "soft"
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    """The zone rules placement enforces (see storage.client.placement)."""
+
+    mode: str = SOFT
+    min_zones_per_write_set: int = 2
+    desired_zones_per_write_set: int = 3
+
+    @property
+    def strict(self) -> bool:
+        return self.mode == STRICT
+
+    def validate(self) -> "PlacementPolicy":
+        if self.mode not in (STRICT, SOFT):
+            raise ValueError(f"placement mode must be {STRICT!r} or {SOFT!r}, got {self.mode!r}")
+        if self.min_zones_per_write_set < 1:
+            raise ValueError("min_zones_per_write_set must be >= 1")
+        if self.desired_zones_per_write_set < self.min_zones_per_write_set:
+            raise ValueError(
+                f"desired_zones_per_write_set ({self.desired_zones_per_write_set}) must be >= "
+                f"min_zones_per_write_set ({self.min_zones_per_write_set})"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    # timeouts
+    add_entry_timeout_s: float = 10.0
+    read_timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+
+    # placement (zone awareness)
+    placement_mode: str = SOFT
+    min_zones_per_write_set: int = 2
+    desired_zones_per_write_set: int = 3
+
+    # ensemble change and recovery
+    max_ensemble_change_attempts: int = 5  # metadata-conflict / replacement retries per change
+    recovery_max_attempts: int = 10  # whole recovery attempts before giving up
+    recovery_read_parallelism: int = 16  # entries read ahead while recovering
+
+    # one backoff shape for every retry loop in the client (metadata conflicts, recovery, LAC polling)
+    backoff_initial_s: float = 0.01
+    backoff_max_s: float = 0.5
+    backoff_multiplier: float = 2.0
+    backoff_jitter: float = 0.2  # +/- fraction, drawn from the injected rng
+
+    # reads
+    batch_read_max_entries: int = 128
+    batch_read_max_bytes: int = 4 * 1024 * 1024
+
+    # limits
+    max_entry_bytes: int = 5 * 1024 * 1024
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    @property
+    def placement(self) -> PlacementPolicy:
+        return PlacementPolicy(self.placement_mode, self.min_zones_per_write_set, self.desired_zones_per_write_set)
+
+    def validate(self) -> "ClientConfig":
+        """Cross-field checks. Returns self; raises ValueError naming the field."""
+        for name in ("add_entry_timeout_s", "read_timeout_s", "connect_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        self.placement.validate()
+        if self.max_ensemble_change_attempts < 1:
+            raise ValueError("max_ensemble_change_attempts must be >= 1")
+        if self.recovery_max_attempts < 1:
+            raise ValueError("recovery_max_attempts must be >= 1")
+        if self.recovery_read_parallelism < 1:
+            raise ValueError("recovery_read_parallelism must be >= 1")
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            raise ValueError(
+                f"need 0 < backoff_initial_s <= backoff_max_s, got {self.backoff_initial_s} and {self.backoff_max_s}"
+            )
+        if self.backoff_multiplier < 1:
+            raise ValueError("backoff_multiplier must be >= 1")
+        if not 0 <= self.backoff_jitter < 1:
+            raise ValueError("backoff_jitter must be in [0, 1)")
+        if self.batch_read_max_entries < 1 or self.batch_read_max_bytes < 1:
+            raise ValueError("batch_read_max_entries and batch_read_max_bytes must be >= 1")
+        if self.max_entry_bytes < 1:
+            raise ValueError("max_entry_bytes must be >= 1")
+        if self.max_entry_bytes + 1024 > self.max_frame_bytes:
+            raise ValueError(
+                f"max_entry_bytes ({self.max_entry_bytes}) plus framing must fit in max_frame_bytes ({self.max_frame_bytes})"
+            )
+        return self
+
+
+def with_changes(config: ClientConfig, **changes) -> ClientConfig:
+    return dataclasses.replace(config, **changes).validate()

@@ -1,0 +1,238 @@
+"""BookieConnection / BookiePool against a scripted server speaking storage.protocol over real TCP."""
+
+import asyncio
+
+import pytest
+
+from storage import protocol
+from storage.client.config import ClientConfig, with_changes
+from storage.client.connection import BookiePool
+from storage.client.faults import FaultPlan
+from storage.errors import (
+    BookieTimeoutError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    LedgerFencedError,
+    MalformedRequestError,
+    NoSuchEntryError,
+)
+
+
+class ScriptedServer:
+    """Answers each request with ``script(request)``: a Response, None (never answer), or 'close'."""
+
+    def __init__(self, script):
+        self.script = script
+        self.requests: list = []
+        self.connections = 0
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        self.writers.append(writer)
+        decoder = protocol.FrameDecoder("server")
+        while data := await reader.read(65536):
+            for req in decoder.feed(data):
+                self.requests.append(req)
+                resp = self.script(req)
+                if resp == "close":
+                    writer.close()
+                    return
+                if resp is not None:
+                    writer.write(protocol.encode(resp))
+        writer.close()
+
+    def drop_connections(self):
+        for w in self.writers:
+            w.transport.abort()
+        self.writers.clear()
+
+    async def stop(self):
+        self.drop_connections()
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def ok_read(req):
+    if isinstance(req, protocol.ReadRequest):
+        return protocol.ReadResponse(req.rid, 0, req.ledger_id, req.entry_id, b"body-%d" % req.entry_id)
+    if isinstance(req, protocol.AddRequest):
+        return protocol.AddResponse(req.rid, 0, req.ledger_id, req.entry_id)
+    if isinstance(req, protocol.ReadLacRequest):
+        return protocol.ReadLacResponse(req.rid, 0, req.ledger_id, 41)
+    raise AssertionError(req)
+
+
+@pytest.fixture
+async def server_factory():
+    servers = []
+
+    async def make(script):
+        s = await ScriptedServer(script).start()
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        await s.stop()
+
+
+def pool_for(server, config=None, faults=None):
+    return BookiePool(config or ClientConfig(), lambda bookie_id: ("127.0.0.1", server.port), faults)
+
+
+async def test_pipelined_requests_resolve_by_request_id(server_factory):
+    held = []
+
+    def script(req):
+        # Answer even entries at once; odd ones only after entry 9 arrives, in reverse order.
+        if req.entry_id % 2:
+            held.append(req)
+            return None
+        return ok_read(req)
+
+    server = await server_factory(script)
+    pool = pool_for(server)
+    futures = [pool.read("b", 1, e) for e in range(10)]
+    done = await asyncio.gather(*futures[0::2])
+    assert [r.body for r in done] == [b"body-%d" % e for e in range(0, 10, 2)]
+    writer = server.writers[0]
+    for req in reversed(held):
+        writer.write(protocol.encode(ok_read(req)))
+    odd = await asyncio.gather(*futures[1::2])
+    assert [r.entry_id for r in odd] == [1, 3, 5, 7, 9]
+    assert server.connections == 1
+    await pool.close()
+
+
+async def test_status_maps_to_error_class(server_factory):
+    def script(req):
+        if req.entry_id == 1:
+            return protocol.AddResponse(req.rid, LedgerFencedError.code, req.ledger_id, req.entry_id)
+        return protocol.ReadResponse(req.rid, NoSuchEntryError.code, req.ledger_id, req.entry_id, None)
+
+    server = await server_factory(script)
+    pool = pool_for(server)
+    with pytest.raises(LedgerFencedError, match="bookie b"):
+        await pool.add("b", 7, 1, b"k", b"x")
+    with pytest.raises(NoSuchEntryError):
+        await pool.read("b", 7, 2)
+    await pool.close()
+
+
+async def test_timeout_fails_only_the_silent_request(server_factory):
+    server = await server_factory(lambda req: None if req.entry_id == 0 else ok_read(req))
+    pool = pool_for(server, with_changes(ClientConfig(), read_timeout_s=0.2))
+    slow = pool.read("b", 1, 0)
+    fast = await pool.read("b", 1, 1)
+    assert fast.body == b"body-1"
+    with pytest.raises(BookieTimeoutError, match="did not answer within 0.2s"):
+        await slow
+    assert (await pool.read("b", 1, 2)).body == b"body-2", "the connection survives a timeout"
+    await pool.close()
+
+
+async def test_connection_loss_fails_pending_and_pool_reconnects(server_factory):
+    server = await server_factory(lambda req: None)
+    pool = pool_for(server)
+    pending = [pool.read("b", 1, e) for e in range(3)]
+    await asyncio.wait_for(_until(lambda: len(server.requests) == 3), 5)
+    server.drop_connections()
+    for fut in pending:
+        with pytest.raises(BookieUnavailableError, match="lost"):
+            await fut
+    server.script = ok_read
+    assert (await pool.read("b", 1, 5)).body == b"body-5"
+    assert server.connections == 2
+    await pool.close()
+
+
+async def test_connect_refused_is_unavailable():
+    pool = BookiePool(ClientConfig(), lambda b: ("127.0.0.1", _closed_port()))
+    with pytest.raises(BookieUnavailableError, match="cannot connect"):
+        await pool.add("dead", 1, 0, b"k", b"x")
+    await pool.close()
+
+
+async def test_error_response_fails_its_request_or_all(server_factory):
+    def script(req):
+        if req.entry_id == 1:
+            return protocol.ErrorResponse(req.rid, MalformedRequestError.code, "bad frame")
+        if req.entry_id == 2:
+            return protocol.ErrorResponse(-1, MalformedRequestError.code, "unparseable")
+        return None
+
+    server = await server_factory(script)
+    pool = pool_for(server)
+    silent = pool.read("b", 1, 0)
+    with pytest.raises(MalformedRequestError, match="bad frame"):
+        await pool.read("b", 1, 1)
+    with pytest.raises(BookieUnavailableError, match="protocol error: unparseable"):
+        await pool.read("b", 1, 2)
+    with pytest.raises(BookieUnavailableError):
+        await silent
+    await pool.close()
+
+
+async def test_fault_plan_fail_nth_hold_and_corrupt(server_factory):
+    server = await server_factory(ok_read)
+    plan = FaultPlan()
+    pool = pool_for(server, faults=plan)
+    plan.fail_nth("b", 2, BookieTimeoutError("scripted"), ops={"add"})
+    assert (await pool.add("b", 1, 0, b"k", b"x")).entry_id == 0
+    with pytest.raises(BookieTimeoutError, match="scripted"):
+        await pool.add("b", 1, 1, b"k", b"x")
+    assert (await pool.add("b", 1, 2, b"k", b"x")).entry_id == 2
+
+    hold = plan.hold_next("b", ops={"read"})
+    fut = pool.read("b", 1, 3)
+    assert (await hold.reached)[1] == "read"
+    assert not fut.done() and not any(getattr(r, "entry_id", None) == 3 for r in server.requests)
+    hold.release()
+    assert (await fut).body == b"body-3"
+
+    hold = plan.hold_next("b")
+    fut = pool.read("b", 1, 4)
+    await hold.reached
+    hold.fail(DigestMismatchError("scripted after hold"))
+    with pytest.raises(DigestMismatchError):
+        await fut
+
+    plan.corrupt_reads("b", times=1)
+    assert (await pool.read("b", 1, 5)).body != b"body-5"
+    assert (await pool.read("b", 1, 6)).body == b"body-6"
+    await pool.close()
+
+
+async def test_burst_of_requests_is_written_in_few_writes(server_factory):
+    server = await server_factory(ok_read)
+    pool = pool_for(server)
+    conn = pool.connection("b")
+    writes = []
+    await asyncio.wait_for(_until(lambda: conn._transport is not None), 5)
+    real_write = conn._transport.write
+    conn._transport.write = lambda data: (writes.append(len(data)), real_write(data))
+    results = await asyncio.gather(*(pool.add("b", 1, e, b"k", b"x" * 10) for e in range(200)))
+    assert [r.entry_id for r in results] == list(range(200))
+    assert len(writes) == 1, "one loop iteration's frames go out in one write"
+    await pool.close()
+
+
+async def _until(cond):
+    while not cond():
+        await asyncio.sleep(0.005)
+
+
+def _closed_port():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
