@@ -17,8 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import uvloop
+
 from loadtest.bench.disk import fsync_bandwidth
 from loadtest.bench.report import latency_summary_ms, print_table
+from storage.bookie.shell import write_entries
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 
@@ -27,24 +30,7 @@ ENSEMBLE, WRITE_QUORUM, ACK_QUORUM = 3, 2, 2
 
 async def closed_loop(client: LedgerClient, entries: int, size: int, window: int) -> dict:
     handle = await client.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM)
-    body = os.urandom(size)
-    slots = asyncio.Semaphore(window)
-    latencies: list[float] = []
-
-    def done(started: float, fut: asyncio.Future) -> None:
-        slots.release()
-        if fut.exception() is None:
-            latencies.append(time.perf_counter() - started)
-
-    futures = []
-    began = time.perf_counter()
-    for _ in range(entries):
-        await slots.acquire()
-        fut = handle.add_entry_async(body)
-        fut.add_done_callback(lambda f, t=time.perf_counter(): done(t, f))
-        futures.append(fut)
-    await asyncio.gather(*futures)
-    elapsed = time.perf_counter() - began
+    _, latencies, elapsed = await write_entries(handle, [os.urandom(size)], entries, window)
     await handle.close()
     return {
         "entry_bytes": size,
@@ -88,13 +74,19 @@ def run(quick: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-ledger-"))
     disk_1k = fsync_bandwidth(root, 1024, 1.0 if quick else 3.0)
     disk_64k = fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0)
+    # Group commit turns many 64 KiB adds into large fsync'd writes, so the disk's large-block
+    # bandwidth is the stricter ceiling; both are reported.
+    disk_1m = fsync_bandwidth(root, 1024 * 1024, 1.0 if quick else 3.0)
     with ZooKeeperServer(root / "zk") as zk, BookieCluster(zk.url("/bench"), root / "bookies") as cluster:
-        results = asyncio.run(_measure(cluster.metadata_url, quick))
+        results = uvloop.run(_measure(cluster.metadata_url, quick))  # as production clients run
     physical_64k = disk_64k["mb_per_s"] / (WRITE_QUORUM * 2)
     results["disk_1k"] = disk_1k
     results["disk_64k"] = disk_64k
     results["physical_limit_64k_mb_per_s"] = physical_64k
     results["ratio_64k_to_physical"] = results["throughput_64k"]["mb_per_s"] / physical_64k
+    results["disk_1m"] = disk_1m
+    results["sequential_limit_mb_per_s"] = disk_1m["mb_per_s"] / (WRITE_QUORUM * 2)
+    results["ratio_64k_to_sequential_limit"] = results["throughput_64k"]["mb_per_s"] / results["sequential_limit_mb_per_s"]
     results["config"] = {"ensemble": ENSEMBLE, "write_quorum": WRITE_QUORUM, "ack_quorum": ACK_QUORUM,
                          "bookies": 3, "fsync": True, "quick": quick}
     _print(results)
@@ -105,11 +97,15 @@ async def _measure(metadata_url: str, quick: bool) -> dict:
     client = await LedgerClient.open(metadata_url, ClientConfig())
     await client.registry.wait_for(lambda r: len(r.writable()) >= 3, 30)
     try:
-        await closed_loop(client, 500, 1024, 200)  # warm-up: connections, caches, JIT-free but page cache
+        await closed_loop(client, 500, 1024, 200)  # warm-up: connections, caches
+        # The latency run goes first, on a quiet cluster: after the throughput runs the bookies
+        # are still flushing tens of MB of write cache to the same disk, which the journal's
+        # fsyncs then queue behind (one disk holds both, unlike a production bookie).
+        steady = await open_loop(client, 1000, 3 if quick else 20, 1024)
         return {
+            "steady_1000_per_s": steady,
             "throughput_1k": await closed_loop(client, 5_000 if quick else 100_000, 1024, 2000),
             "throughput_64k": await closed_loop(client, 300 if quick else 4_000, 64 * 1024, 64),
-            "steady_1000_per_s": await open_loop(client, 1000, 3 if quick else 20, 1024),
         }
     finally:
         await client.close()
@@ -121,12 +117,15 @@ def _print(r: dict) -> None:
          "p50_ms": r["throughput_1k"]["add_p50_ms"], "p99_ms": r["throughput_1k"]["add_p99_ms"], "reference": "target 15,000"},
         {"measure": "64 KiB adds", "value": r["throughput_64k"]["mb_per_s"], "unit": "MB/s",
          "p50_ms": r["throughput_64k"]["add_p50_ms"], "p99_ms": r["throughput_64k"]["add_p99_ms"],
-         "reference": f"physical {r['physical_limit_64k_mb_per_s']:.1f} MB/s -> ratio {r['ratio_64k_to_physical']:.2f}"},
+         "reference": f"physical {r['physical_limit_64k_mb_per_s']:.1f} MB/s -> ratio {r['ratio_64k_to_physical']:.2f}; "
+                      f"1 MiB-block limit {r['sequential_limit_mb_per_s']:.1f} MB/s -> {r['ratio_64k_to_sequential_limit']:.2f}"},
         {"measure": "steady 1,000/s (1 KiB)", "value": r["steady_1000_per_s"]["entries"], "unit": "entries",
          "p50_ms": r["steady_1000_per_s"]["add_p50_ms"], "p99_ms": r["steady_1000_per_s"]["add_p99_ms"], "reference": "target p99 <= 10 ms"},
         {"measure": "disk fdatasync 1 KiB", "value": r["disk_1k"]["fsyncs_per_s"], "unit": "fsyncs/s",
          "p50_ms": r["disk_1k"]["fsync_p50_ms"], "p99_ms": r["disk_1k"]["fsync_p99_ms"], "reference": "same disk, same run"},
         {"measure": "disk fdatasync 64 KiB", "value": r["disk_64k"]["mb_per_s"], "unit": "MB/s",
          "p50_ms": r["disk_64k"]["fsync_p50_ms"], "p99_ms": r["disk_64k"]["fsync_p99_ms"], "reference": "same disk, same run"},
+        {"measure": "disk fdatasync 1 MiB", "value": r["disk_1m"]["mb_per_s"], "unit": "MB/s",
+         "p50_ms": r["disk_1m"]["fsync_p50_ms"], "p99_ms": r["disk_1m"]["fsync_p99_ms"], "reference": "same disk, same run"},
     ]
     print_table("ledger: 3 bookie processes, E3/Qw2/Qa2, fsync on", rows, ["measure", "value", "unit", "p50_ms", "p99_ms", "reference"])

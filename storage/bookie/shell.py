@@ -64,6 +64,31 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+async def write_entries(handle, payloads: list[bytes], count: int, window: int) -> tuple[list[int], list[float], float]:
+    """Add ``count`` entries (cycling through ``payloads``) with at most ``window`` in flight.
+
+    Returns (entry ids, per-add latencies in seconds, elapsed seconds). Shared
+    with the benchmark suite so both measure the same loop.
+    """
+    slots = asyncio.Semaphore(window)
+    latencies: list[float] = []
+
+    def done(started: float, fut: asyncio.Future) -> None:
+        slots.release()
+        if not fut.cancelled() and fut.exception() is None:
+            latencies.append(time.perf_counter() - started)
+
+    futures = []
+    began = time.perf_counter()
+    for i in range(count):
+        await slots.acquire()
+        fut = handle.add_entry_async(payloads[i % len(payloads)])
+        fut.add_done_callback(lambda f, t=time.perf_counter(): done(t, f))
+        futures.append(fut)
+    ids = await asyncio.gather(*futures)
+    return ids, latencies, time.perf_counter() - began
+
+
 async def _client(args, **config) -> LedgerClient:
     return await LedgerClient.open(args.metadata_store, ClientConfig(**config))
 
@@ -84,23 +109,7 @@ async def simpletest(args) -> int:
     async with await _client(args, placement_mode=args.placement) as client:
         handle = await client.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum)
         print(f"ledger {handle.ledger_id} on {', '.join(handle.ensemble)} (E{args.ensemble}/Qw{args.write_quorum}/Qa{args.ack_quorum})")
-        latencies: list[float] = []
-        window = asyncio.Semaphore(args.window)
-
-        def done(start: float, fut: asyncio.Future) -> None:
-            window.release()
-            if not fut.cancelled() and fut.exception() is None:
-                latencies.append(time.perf_counter() - start)
-
-        futures = []
-        began = time.perf_counter()
-        for i in range(args.entries):
-            await window.acquire()
-            fut = handle.add_entry_async(payloads[i % len(payloads)])
-            fut.add_done_callback(lambda f, t=time.perf_counter(): done(t, f))
-            futures.append(fut)
-        ids = await asyncio.gather(*futures)
-        elapsed = time.perf_counter() - began
+        ids, latencies, elapsed = await write_entries(handle, payloads, args.entries, args.window)
         await handle.close()
 
         mismatches = [i for i, entry_id in enumerate(ids) if entry_id != i]
