@@ -229,10 +229,6 @@ async def _until(cond):
 
 
 def _closed_port():
-    import socket
+    from tests.harness.processes import free_port
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return free_port()  # nothing listens there

@@ -21,10 +21,23 @@ from pathlib import Path
 VENV_BIN = Path(sys.executable).parent
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never the same one twice in this process.
+
+    The kernel may hand the same ephemeral port to two consecutive probes (the
+    first probe's socket is closed by then), which would make a bookie's data
+    and HTTP ports collide; remembering what was handed out prevents that.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
