@@ -7,6 +7,7 @@ Used by the real-process test tier, the benchmarks and the cluster launcher.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -38,6 +39,23 @@ def free_port() -> int:
         if port not in _handed_out:
             _handed_out.add(port)
             return port
+
+
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (for commands that take a base port)."""
+    while True:
+        base = free_port()
+        wanted = range(base + 1, base + count)
+        if any(port in _handed_out for port in wanted):
+            continue
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in wanted:
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.update(wanted)
+        return base
 
 
 def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
