@@ -237,3 +237,32 @@ def test_bookie_refuses_to_start_on_a_wiped_data_dir(start_bookies, tmp_path):
     bookie.data_dir = original
     bookie.start()  # the right dir still works
     assert bookie.alive and os.path.isdir(original)
+
+
+async def test_bookie_paused_past_its_session_timeout_reregisters_and_serves(start_bookies):
+    """SIGSTOP a bookie until ZooKeeper expires its session (its registration vanishes), then SIGCONT."""
+    cluster = start_bookies(3, env={"MAGNETAR_BOOKIE_SESSION_TIMEOUT_S": "2"})
+    victim = cluster.bookies[0]
+    store = await open_store(cluster.metadata_url)
+    node = f"/ledgers/available/{victim.bookie_id}"
+    old_owner = (await store.exists(node)).ephemeral_owner
+    victim.pause()
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while await store.exists(node) is not None:
+            assert asyncio.get_running_loop().time() < deadline, "expired session kept its registration"
+            await asyncio.sleep(0.1)
+    finally:
+        victim.resume()
+    deadline = asyncio.get_running_loop().time() + 30
+    while (stat := await store.exists(node)) is None:
+        assert asyncio.get_running_loop().time() < deadline, f"bookie never re-registered:\n{victim.log_tail()}"
+        await asyncio.sleep(0.1)
+    assert stat.ephemeral_owner != old_owner
+    await store.close()
+
+    client = await client_for(cluster)
+    handle = await client.create_ledger(3, 3, 3)  # needs the resumed bookie
+    assert await handle.add_entry(b"after resume") == 0
+    await handle.close()
+    await client.close()
