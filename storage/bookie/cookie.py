@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage.bookie.config import BookieConfig
+from storage.bookie.journal import fsync_dir
 from storage.errors import CookieMismatchError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore, paths
 
@@ -110,11 +111,7 @@ def _write_dir_cookie(directory: Path, cookie: Cookie) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, directory / COOKIE_FILE)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(directory)
 
 
 async def _instance_id(store: MetadataStore) -> str:
