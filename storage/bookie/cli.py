@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _use_uvloop()
     if args.command == "shell":
         return shell.run(args)
     try:
@@ -59,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"bookie: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    _use_uvloop()
     return asyncio.run(_serve(configs, standalone=args.command == "standalone"))
 
 
