@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow venv zookeeper bench clean
+.PHONY: run test test-slow venv zookeeper bench proto clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,11 @@ test-slow: venv zookeeper
 
 bench: venv
 	$(PY) -m loadtest.bench ledger
+
+# Regenerate the Pulsar protocol's Python code from our own .proto (the output is committed).
+proto: venv
+	$(PY) -m pip install --quiet 'grpcio-tools==1.85.1'
+	cd clients/python/magnetar/protocol && ../../../../$(PY) -m grpc_tools.protoc -I. --python_out=. pulsar_api.proto
 
 clean:
 	rm -rf $(VENV) *.egg-info

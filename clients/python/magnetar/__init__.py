@@ -1,0 +1,1 @@
+"""magnetar: the pure-Python Pulsar-protocol client (wire codec in magnetar.protocol)."""

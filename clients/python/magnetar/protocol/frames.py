@@ -1,0 +1,125 @@
+"""Pulsar framing. simple: [total u32][cmdSize u32][BaseCommand];
+payload: ... [0x0e01 u16][crc32c u32 over rest][metaSize u32][MessageMetadata][payload].
+Bad checksum is flagged (checksum_ok=False), not raised. No I/O here."""
+import struct
+from dataclasses import dataclass
+
+import crc32c
+from google.protobuf.message import DecodeError
+
+from . import pulsar_api_pb2 as pb
+from .errors import FrameTooLarge, ProtocolError
+
+MAGIC_CRC32C = 0x0E01
+DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 64 * 1024
+
+
+@dataclass
+class Frame:
+    command: pb.BaseCommand
+    metadata: pb.MessageMetadata | None = None
+    payload: bytes | None = None
+    checksum_ok: bool = True
+
+
+def encode_command(cmd) -> bytes:
+    body = cmd.SerializeToString()
+    return struct.pack(">II", 4 + len(body), len(body)) + body
+
+
+def encode_payload_command(cmd, metadata, payload: bytes) -> bytes:
+    body = cmd.SerializeToString()
+    meta = metadata.SerializeToString()
+    rest = struct.pack(">I", len(meta)) + meta + payload
+    tail = struct.pack(">HI", MAGIC_CRC32C, crc32c.crc32c(rest)) + rest
+    return struct.pack(">II", 4 + len(body) + len(tail), len(body)) + body + tail
+
+
+def _parse(msg, data: bytes):
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, ValueError) as e:
+        raise ProtocolError(f"bad {type(msg).__name__}: {e}") from e
+    if not msg.IsInitialized():
+        raise ProtocolError(f"{type(msg).__name__} missing required fields")
+    return msg
+
+
+class FrameDecoder:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Raises FrameTooLarge (checked before buffering the body) or ProtocolError."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= 4:
+            (total,) = struct.unpack_from(">I", self._buf, 0)
+            if total > self.max_frame_bytes:
+                raise FrameTooLarge(f"frame {total} > {self.max_frame_bytes}")
+            if len(self._buf) < 4 + total:
+                break
+            frame = bytes(self._buf[4:4 + total])
+            del self._buf[:4 + total]
+            out.append(self._decode(frame))
+        return out
+
+    @staticmethod
+    def _decode(frame: bytes) -> Frame:
+        if len(frame) < 4:
+            raise ProtocolError("frame shorter than command size")
+        (csize,) = struct.unpack_from(">I", frame, 0)
+        if 4 + csize > len(frame):
+            raise ProtocolError("commandSize > totalSize")
+        cmd = _parse(pb.BaseCommand(), frame[4:4 + csize])
+        rest = frame[4 + csize:]
+        if not rest:
+            return Frame(cmd)
+        if len(rest) < 10:
+            raise ProtocolError("truncated payload section")
+        magic, crc = struct.unpack_from(">HI", rest, 0)
+        if magic != MAGIC_CRC32C:
+            raise ProtocolError(f"bad magic {magic:#x}")
+        body = rest[6:]
+        (msize,) = struct.unpack_from(">I", body, 0)
+        if 4 + msize > len(body):
+            raise ProtocolError("metadataSize overruns frame")
+        meta = _parse(pb.MessageMetadata(), body[4:4 + msize])
+        return Frame(cmd, meta, body[4 + msize:], crc32c.crc32c(body) == crc)
+
+
+# Batches: a payload of [u32 size][SingleMessageMetadata][payload] per message.
+# Compression seam: callers compress pack_batch()'s output / decompress before
+# unpack_batch() according to MessageMetadata.compression; this module never does.
+def pack_batch(messages) -> bytes:
+    out = bytearray()
+    for smm, payload in messages:
+        smm.payload_size = len(payload)
+        b = smm.SerializeToString()
+        out += struct.pack(">I", len(b)) + b + payload
+    return bytes(out)
+
+
+def unpack_batch(payload: bytes, count: int):
+    """Raises ProtocolError on truncation or a bad SingleMessageMetadata."""
+    out, pos = [], 0
+    for _ in range(count):
+        if pos + 4 > len(payload):
+            raise ProtocolError("truncated batch")
+        (n,) = struct.unpack_from(">I", payload, pos)
+        pos += 4
+        if pos + n > len(payload):
+            raise ProtocolError("truncated batch metadata")
+        smm = _parse(pb.SingleMessageMetadata(), payload[pos:pos + n])
+        pos += n
+        if smm.payload_size < 0 or pos + smm.payload_size > len(payload):
+            raise ProtocolError("truncated batch payload")
+        out.append((smm, payload[pos:pos + smm.payload_size]))
+        pos += smm.payload_size
+    return out
+
+
+def command(type_, **fields) -> pb.BaseCommand:
+    """command(T.PING, ping=pb.CommandPing()) -> BaseCommand with type set."""
+    return pb.BaseCommand(type=type_, **fields)

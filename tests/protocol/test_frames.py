@@ -1,0 +1,151 @@
+import struct
+
+import crc32c
+import pytest
+from hypothesis import given, strategies as st
+
+from magnetar.protocol import (FrameDecoder, FrameTooLarge, ProtocolError, encode_command,
+                               encode_payload_command, pb)
+
+T = pb.BaseCommand
+
+
+def ping():
+    return T(type=T.PING, ping=pb.CommandPing())
+
+
+def send_parts():
+    cmd = T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=2))
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=2, publish_time=3)
+    return cmd, meta, b"hello"
+
+
+def test_ping_bytes():
+    # BaseCommand{type=18 (0x08 0x12), ping={} (field 18 len-delim: 0x92 0x01 0x00)}
+    assert encode_command(ping()) == bytes.fromhex("00000009" "00000005" "0812920100")
+
+
+def test_connect_bytes():
+    cmd = T(type=T.CONNECT, connect=pb.CommandConnect(client_version="c", protocol_version=20))
+    # connect: 0a 01 63 (client_version) 20 14 (protocol_version=20) -> 5 bytes
+    body = bytes.fromhex("0802" "1205" "0a0163" "2014")
+    assert encode_command(cmd) == struct.pack(">II", 4 + len(body), len(body)) + body
+
+
+def test_send_bytes_and_crc():
+    cmd, meta, payload = send_parts()
+    body = bytes.fromhex("0806" "3204" "08011002")
+    m = bytes.fromhex("0a0170" "1002" "1803")
+    rest = struct.pack(">I", len(m)) + m + payload
+    tail = b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(rest)) + rest
+    expected = struct.pack(">II", 4 + len(body) + len(tail), len(body)) + body + tail
+    assert encode_payload_command(cmd, meta, payload) == expected
+
+
+@pytest.mark.parametrize("cmd", [
+    ping(), T(type=T.PONG, pong=pb.CommandPong()),
+    T(type=T.CONNECT, connect=pb.CommandConnect(client_version="x", protocol_version=20)),
+    T(type=T.CONNECTED, connected=pb.CommandConnected(server_version="s", protocol_version=20)),
+    T(type=T.SEND_RECEIPT, send_receipt=pb.CommandSendReceipt(
+        producer_id=1, sequence_id=2, message_id=pb.MessageIdData(ledgerId=3, entryId=4))),
+])
+def test_round_trip(cmd):
+    [f] = FrameDecoder().feed(encode_command(cmd))
+    assert f.command == cmd and f.payload is None
+
+
+def test_split_every_byte():
+    cmd, meta, payload = send_parts()
+    data = encode_command(ping()) + encode_payload_command(cmd, meta, payload)
+    for i in range(len(data) + 1):
+        d = FrameDecoder()
+        frames = d.feed(data[:i]) + d.feed(data[i:])
+        assert [f.command for f in frames] == [ping(), cmd]
+        assert frames[1].metadata == meta and frames[1].payload == payload and frames[1].checksum_ok
+
+
+def test_oversized_rejected_from_header():
+    with pytest.raises(FrameTooLarge):
+        FrameDecoder(max_frame_bytes=100).feed(struct.pack(">I", 101))
+
+
+def test_bad_checksum_flagged():
+    cmd, meta, payload = send_parts()
+    data = bytearray(encode_payload_command(cmd, meta, payload))
+    data[-1] ^= 0xFF
+    [f] = FrameDecoder().feed(bytes(data))
+    assert f.checksum_ok is False
+
+
+def test_command_size_exceeds_total():
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(struct.pack(">II", 4, 100))
+
+
+def test_garbage_protobuf():
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(struct.pack(">II", 7, 3) + b"\xff\xff\xff")
+
+
+@given(st.lists(st.binary(max_size=64), max_size=8))
+def test_fuzz_only_codec_errors(chunks):
+    d = FrameDecoder(max_frame_bytes=1024)
+    try:
+        for c in chunks:
+            d.feed(c)
+    except ProtocolError:
+        pass
+
+
+def test_every_type_code_has_its_field():
+    fields = {f.number for f in T.DESCRIPTOR.fields}
+    for v in T.Type.DESCRIPTOR.values:
+        assert v.number in fields, v.name
+
+
+def test_batch_round_trip():
+    from magnetar.protocol import pack_batch, unpack_batch
+    msgs = [(pb.SingleMessageMetadata(partition_key="k%d" % i, payload_size=0), b"m" * i) for i in range(4)]
+    out = unpack_batch(pack_batch(msgs), 4)
+    assert [(s.partition_key, p) for s, p in out] == [("k%d" % i, b"m" * i) for i in range(4)]
+    with pytest.raises(ProtocolError):
+        unpack_batch(pack_batch(msgs)[:-1], 4)
+
+
+MID = pb.MessageIdData(ledgerId=7, entryId=8)
+MORE = [
+    T(type=T.SUBSCRIBE, subscribe=pb.CommandSubscribe(topic="t", subscription="s", subType=1, consumer_id=1, request_id=2)),
+    T(type=T.PRODUCER, producer=pb.CommandProducer(topic="t", producer_id=1, request_id=2)),
+    T(type=T.SEND_ERROR, send_error=pb.CommandSendError(producer_id=1, sequence_id=2, error=9, message="crc")),
+    T(type=T.MESSAGE, message=pb.CommandMessage(consumer_id=1, message_id=MID)),
+    T(type=T.ACK, ack=pb.CommandAck(consumer_id=1, ack_type=0, message_id=MID)),
+    T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=1000)),
+    T(type=T.UNSUBSCRIBE, unsubscribe=pb.CommandUnsubscribe(consumer_id=1, request_id=2)),
+    T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=1)),
+    T(type=T.ERROR, error=pb.CommandError(request_id=1, error=11, message="nf")),
+    T(type=T.CLOSE_PRODUCER, close_producer=pb.CommandCloseProducer(producer_id=1, request_id=2)),
+    T(type=T.CLOSE_CONSUMER, close_consumer=pb.CommandCloseConsumer(consumer_id=1, request_id=2)),
+    T(type=T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(request_id=1, producer_name="p")),
+    T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(consumer_id=1, message_ids=[MID])),
+    T(type=T.PARTITIONED_METADATA, partitionMetadata=pb.CommandPartitionedTopicMetadata(topic="t", request_id=1)),
+    T(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=pb.CommandPartitionedTopicMetadataResponse(request_id=1, partitions=3)),
+    T(type=T.LOOKUP, lookupTopic=pb.CommandLookupTopic(topic="t", request_id=1)),
+    T(type=T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(request_id=1, brokerServiceUrl="pulsar://h:6650", response=1)),
+    T(type=T.SEEK, seek=pb.CommandSeek(consumer_id=1, request_id=2, message_id=MID)),
+    T(type=T.GET_LAST_MESSAGE_ID, getLastMessageId=pb.CommandGetLastMessageId(consumer_id=1, request_id=2)),
+    T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=pb.CommandGetLastMessageIdResponse(last_message_id=MID, request_id=2)),
+    T(type=T.ACTIVE_CONSUMER_CHANGE, active_consumer_change=pb.CommandActiveConsumerChange(consumer_id=1, is_active=True)),
+    T(type=T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=pb.CommandGetTopicsOfNamespace(request_id=1, namespace="public/default")),
+    T(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(request_id=1, topics=["a"])),
+]
+
+
+@pytest.mark.parametrize("cmd", MORE, ids=lambda c: T.Type.Name(c.type))
+def test_round_trip_more(cmd):
+    [f] = FrameDecoder().feed(encode_command(cmd))
+    assert f.command == cmd
+
+
+def test_command_helper():
+    from magnetar.protocol import command
+    assert command(T.PING, ping=pb.CommandPing()) == ping()
