@@ -53,12 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _use_uvloop()
-    if args.command == "shell":
-        return shell.run(args)
+    return COMMANDS[args.command](args)
+
+
+def _run_servers(args: argparse.Namespace) -> int:
+    """`start` and `standalone`: build the configs (exit 2 if invalid), serve until SIGTERM/SIGINT."""
     try:
         configs = _configs(args)
     except (ValueError, OSError) as exc:
-        print(f"bookie: invalid configuration: {exc}", file=sys.stderr)
+        print(f"bookie: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     return asyncio.run(_serve(configs, standalone=args.command == "standalone"))
 
@@ -102,10 +105,11 @@ async def _serve(configs: list[BookieConfig], standalone: bool) -> int:
             Path(configs[0].data_dir).parent.mkdir(parents=True, exist_ok=True)
             store = await open_store(configs[0].metadata_store_url)
         for config in configs:
-            services.append(await BookieService.start(config, store=store))
-            print(f"bookie {config.bookie_id} ready ({config.network_location}, http :{config.http_port}, "
-                  f"data {config.data_dir})", flush=True)
-    except (BookieStartupError, MetadataError, OSError) as exc:
+            service = await BookieService.start(config, store=store)
+            services.append(service)
+            print(ready_line(service), flush=True)
+    except (BookieStartupError, MetadataError, OSError, ValueError) as exc:
+        # ValueError: e.g. a metadata store URL with an unknown scheme (open_store's check).
         print(f"bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
         for service in services:
             await service.stop()
@@ -129,6 +133,14 @@ async def _serve(configs: list[BookieConfig], standalone: bool) -> int:
     return 1 if failed else 0
 
 
+def ready_line(service) -> str:
+    """The one line a started bookie prints (scripts and tests wait for ' ready (')."""
+    c = service.config
+    return (f"bookie {c.bookie_id} ready (zone {c.zone}, {c.network_location}; data {c.host}:{service.port}, "
+            f"http {c.host}:{service.http_port}; {'read-only' if service.read_only else 'writable'}; "
+            f"data dir {c.data_dir})")
+
+
 async def _self_test(store) -> None:
     """Write, read back and delete one E3/Qw2/Qa2 ledger, so a broken store says so at start."""
     from storage.client.client import LedgerClient
@@ -146,6 +158,14 @@ async def _self_test(store) -> None:
     ok = [e.payload for e in entries] == [f"self-test {i}".encode() for i in range(100)]
     print(f"self-test: wrote and read back 100 entries on ensemble {', '.join(handle.ensemble)}: "
           f"{'OK' if ok else 'MISMATCH'}", flush=True)
+
+
+# One entry per subcommand registered in build_parser(); each takes the parsed args and returns the exit code.
+COMMANDS = {
+    "start": _run_servers,
+    "standalone": _run_servers,
+    "shell": shell.run,
+}
 
 
 if __name__ == "__main__":

@@ -8,8 +8,18 @@ refuses to start, because serving from the wrong (or a wiped) directory
 would silently lose entries that clients believe are replicated here.
 
 ``decide`` is the pure rule, table-tested; ``check_and_write_cookie`` does
-the I/O around it. The network location alone may change (operators
-re-label zones); the cookie is then rewritten everywhere.
+the I/O around it. The cluster instance id (``/ledgers/INSTANCEID``, created
+by the first bookie) is part of the cookie, so dirs from another cluster,
+or a metadata store that was re-created, are told apart from this one.
+
+Decision on changes: the network location alone may change (operators
+re-label zones and upgrade domains; placement reads the registration, not
+the cookie), and the cookie is then rewritten everywhere. Every other field
+is identity -- a bookie id, a dir or an instance id that differs means the
+data here is not the data the cluster thinks this bookie holds. BookKeeper
+likewise lets only some fields be updated, and then only by an explicit
+admin command; we accept the location change at start because a zone
+re-label needs no data migration.
 """
 
 from __future__ import annotations
@@ -18,12 +28,12 @@ import enum
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from storage.bookie.config import BookieConfig
 from storage.bookie.journal import fsync_dir
-from storage.errors import CookieMismatchError, NodeExistsError, NoNodeError
+from storage.errors import BadVersionError, CookieMismatchError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore, paths
 
 COOKIE_FILE = "cookie"
@@ -51,7 +61,7 @@ class Cookie:
 
 class Decision(enum.Enum):
     OK = "ok"
-    WRITE_NEW = "write-new"
+    WRITE_NEW = "write-new"  # stamp the dirs, then the metadata store
     UPDATE_NETWORK_LOCATION = "update-network-location"
 
 
@@ -61,36 +71,51 @@ def _differences(found: Cookie, expected: Cookie, fields=_IDENTITY) -> list[str]
 
 
 def decide(journal: Cookie | None, ledger: Cookie | None, metadata: Cookie | None, expected: Cookie) -> Decision:
-    """What to do at start-up given the three stored cookies. Raises CookieMismatchError saying what differs."""
+    """What to do at start-up given the three stored cookies. Raises CookieMismatchError saying what differs.
+
+    Cookies are written dirs first, metadata store last, so the only
+    half-written state a crash can leave is "some dirs stamped, no metadata
+    cookie": if the stamped dirs match this configuration exactly (same
+    cluster instance id included) the first start is simply finished. A
+    metadata cookie with an unstamped dir can only mean a wiped or wrong dir.
+    """
     who = f"bookie {expected.bookie_id}"
-    if journal is None and ledger is None and metadata is None:
-        return Decision.WRITE_NEW
+    dirs = (("journal", journal, expected.journal_dir), ("ledger", ledger, expected.ledger_dir))
     if metadata is None:
-        raise CookieMismatchError(
-            f"{who}: the data dirs hold a cookie but the metadata store has none for this bookie: wrong "
-            "--metadata-store, or the cluster metadata was re-created; refusing to start"
-        )
-    for name, found, path in (("journal", journal, expected.journal_dir), ("ledger", ledger, expected.ledger_dir)):
+        for name, found, path in dirs:
+            mismatch = found and _differences(found, expected)
+            if mismatch:
+                raise CookieMismatchError(
+                    f"{who}: {name} dir {path} holds a cookie ({'; '.join(mismatch)}) but the metadata store has "
+                    "none for this bookie: wrong --metadata-store, the cluster metadata was re-created, or the "
+                    "dir belongs to another bookie; refusing to start"
+                )
+        return Decision.WRITE_NEW
+    for name, found, path in dirs:
         if found is None:
             raise CookieMismatchError(
-                f"{who}: {name} dir {path} has no cookie but the metadata store holds one (instance "
-                f"{metadata.instance_id}, journal dir {metadata.journal_dir}, ledger dir {metadata.ledger_dir}): "
-                "the data dir was wiped or --data-dir points at the wrong place; refusing to start"
+                f"{who}: {name} dir {path} has no cookie but the metadata store has one for this bookie (instance "
+                f"{metadata.instance_id}) written for journal dir {metadata.journal_dir} and ledger dir "
+                f"{metadata.ledger_dir}: the data dir was wiped or --data-dir points at the wrong place; "
+                "refusing to start"
             )
-    if journal != ledger:
-        raise CookieMismatchError(
-            f"{who}: the journal and ledger dir cookies disagree ({'; '.join(_differences(journal, ledger, tuple(asdict(journal))))}); "
-            "the dirs come from different bookies; refusing to start"
-        )
-    mismatch = _differences(journal, metadata, _IDENTITY)
-    if mismatch:
-        raise CookieMismatchError(f"{who}: dir cookie and metadata cookie differ: {'; '.join(mismatch)}; refusing to start")
-    mismatch = _differences(journal, expected, _IDENTITY)
+    mismatch = _differences(journal, ledger)
     if mismatch:
         raise CookieMismatchError(
-            f"{who}: stored cookie does not match this configuration: {'; '.join(mismatch)}; refusing to start"
+            f"{who}: the journal and ledger dir cookies disagree ({'; '.join(mismatch)}); "
+            "the dirs come from different bookies or clusters; refusing to start"
         )
-    if journal.network_location != expected.network_location or metadata.network_location != expected.network_location:
+    mismatch = _differences(journal, metadata)
+    if mismatch:
+        raise CookieMismatchError(
+            f"{who}: the dir cookies and the metadata store's cookie differ: {'; '.join(mismatch)}; refusing to start"
+        )
+    mismatch = _differences(journal, expected)
+    if mismatch:
+        raise CookieMismatchError(
+            f"{who}: the stored cookie does not match this configuration: {'; '.join(mismatch)}; refusing to start"
+        )
+    if {journal.network_location, ledger.network_location, metadata.network_location} != {expected.network_location}:
         return Decision.UPDATE_NETWORK_LOCATION
     return Decision.OK
 
@@ -128,7 +153,12 @@ async def _instance_id(store: MetadataStore) -> str:
 
 
 async def check_and_write_cookie(store: MetadataStore, config: BookieConfig) -> Cookie:
-    """Verify (or create) the cookie in both dirs and the metadata store. Raises CookieMismatchError."""
+    """Verify (or create) the cookie in both dirs and the metadata store. Raises CookieMismatchError.
+
+    The metadata write is conditional: ``create`` for a new cookie, ``set`` on
+    the version read for an update, so two processes claiming one bookie id
+    at once cannot both win.
+    """
     journal_dir, ledger_dir = Path(config.journal_dir).resolve(), Path(config.ledger_dir).resolve()
     expected = Cookie(await _instance_id(store), config.bookie_id, str(journal_dir), str(ledger_dir),
                       config.network_location)
@@ -141,16 +171,18 @@ async def check_and_write_cookie(store: MetadataStore, config: BookieConfig) -> 
     decision = decide(_read_dir_cookie(journal_dir), _read_dir_cookie(ledger_dir), metadata, expected)
     if decision is Decision.OK:
         return expected
-    cookie = replace(expected)
-    if version is None:
-        await store.ensure_path(paths.COOKIES)
-        try:
-            await store.create(path, cookie.to_bytes())
-        except NodeExistsError as exc:
-            raise CookieMismatchError(f"bookie {config.bookie_id}: another bookie registered this id's cookie "
-                                      "at the same moment; refusing to start") from exc
-    else:
-        await store.set(path, cookie.to_bytes(), version)
-    _write_dir_cookie(journal_dir, cookie)
-    _write_dir_cookie(ledger_dir, cookie)
-    return cookie
+    # Dirs first, metadata last: see decide() for why this order is crash-safe.
+    _write_dir_cookie(journal_dir, expected)
+    _write_dir_cookie(ledger_dir, expected)
+    try:
+        if version is None:
+            await store.ensure_path(paths.COOKIES)
+            await store.create(path, expected.to_bytes())
+        else:
+            await store.set(path, expected.to_bytes(), version)
+    except (NodeExistsError, BadVersionError) as exc:
+        raise CookieMismatchError(
+            f"bookie {config.bookie_id}: another process wrote this bookie id's cookie in the metadata store "
+            "at the same moment (two bookies started with one id?); refusing to start"
+        ) from exc
+    return expected

@@ -1,15 +1,22 @@
 """The bookie's HTTP endpoint (default port 8000): health, Prometheus metrics, info, read-only switch.
 
-    GET  /health                      200 "OK" while serving, 503 otherwise
+    GET  /health                      200 "OK" while serving, 503 and the reason otherwise
     GET  /metrics                     Prometheus text from this bookie's own registry
-    GET  /api/v1/bookie/info          {"bookie_id", "state", "network_location", ...}
+    GET  /api/v1/bookie/info          {"bookie_id", "state", "zone", "network_location", ...}
     PUT  /api/v1/bookie/state/readonly   {"readOnly": true|false|null}  (BookKeeper's shape; null clears)
+
+The app's one collaborator is the service object under ``SERVICE`` (its
+``health()``, ``registry``, ``refresh_gauges()``, ``info()`` and
+``force_read_only()``), so a test can serve a stand-in. Each bookie has its
+own registry: several bookies in one process (standalone) never mix metrics.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from storage.errors import StorageError
 
 
 SERVICE = web.AppKey("service", object)
@@ -31,8 +38,8 @@ async def start_http(service, host: str, port: int) -> web.AppRunner:
 
 
 async def _health(request: web.Request) -> web.Response:
-    serving = request.app[SERVICE].serving
-    return web.Response(status=200 if serving else 503, text="OK" if serving else "NOT SERVING")
+    healthy, why = request.app[SERVICE].health()
+    return web.Response(status=200 if healthy else 503, text=why)
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -53,5 +60,8 @@ async def _set_read_only(request: web.Request) -> web.Response:
             raise TypeError
     except (ValueError, KeyError, TypeError):
         return web.json_response({"error": 'body must be {"readOnly": true | false | null}'}, status=400)
-    await request.app[SERVICE].force_read_only(value)
+    try:
+        await request.app[SERVICE].force_read_only(value)
+    except StorageError as exc:  # re-registering needs the metadata store
+        return web.json_response({"error": f"could not change the bookie's state: {exc}"}, status=503)
     return web.json_response(request.app[SERVICE].info())

@@ -9,7 +9,8 @@ Start-up order matters:
 4. serve the protocol, then HTTP;
 5. measure the disk once, then register (writable or read-only), so clients
    never see a bookie that is not ready;
-6. start the GC and disk-monitor loops.
+6. start the GC and disk-monitor loops; /health answers 200 from here on
+   (503 before, while stopping, and after a journal failure).
 
 Stopping reverses it: deregister first so clients stop choosing this bookie,
 then drain the server, stop the loops, close the core (which checkpoints).
@@ -23,9 +24,9 @@ import logging
 from prometheus_client import CollectorRegistry, Gauge
 
 from storage.bookie.bookie import Bookie
-from storage.bookie.config import BookieConfig
+from storage.bookie.config import BookieConfig, parse_network_location
 from storage.bookie.cookie import check_and_write_cookie
-from storage.bookie.disk_monitor import DiskMonitor
+from storage.bookie.disk_monitor import DiskMonitor, Mode
 from storage.bookie.gc import GarbageCollector
 from storage.bookie.http import start_http
 from storage.bookie.registration import Registration
@@ -46,10 +47,14 @@ class BookieService:
         self.disk_monitor: DiskMonitor | None = None
         self.gc: GarbageCollector | None = None
         self.serving = False
+        self._stopping = False
         self._owns_store = False
         self._http = None
         self._tasks: list[asyncio.Task] = []
-        self._disk_usage = Gauge("bookie_disk_usage_bytes", "Bytes used by journal and ledger dirs", registry=self.registry)
+        self._disk_usage = Gauge("bookie_disk_usage_bytes", "Bytes used by journal and ledger dirs",
+                                 registry=self.registry)
+        self._disk_usage_ratio = Gauge("bookie_disk_usage_ratio", "Used fraction of the fullest filesystem holding "
+                                       "the journal or ledger dir", registry=self.registry)
 
     @classmethod
     async def start(cls, config: BookieConfig, *, store: MetadataStore | None = None) -> "BookieService":
@@ -71,28 +76,45 @@ class BookieService:
         await check_and_write_cookie(store, config)
         self.bookie = await Bookie.open(config, registry=self.registry)
         self.server = await BookieServer.start(self.bookie, store, config, self.registry)
+        bookie = self.bookie
+        self.disk_monitor = DiskMonitor(config, self._mode_changed, journal_error=lambda: bookie.journal_failed)
+        await self.disk_monitor.check_once()  # no registration yet: this only sets the server's mode
+        self.server.set_read_only(self.disk_monitor.read_only, self.disk_monitor.mode.reason)
         self._http = await start_http(self, config.host, config.http_port)
         self.registration = Registration(store, config, self.http_port)
-        self.disk_monitor = DiskMonitor(config, self._mode_changed)
-        read_only = await self.disk_monitor.check_once() if config.read_only_mode_enabled else False
-        self.server.set_read_only(read_only)
-        await self.registration.register(read_only)
+        # The mode is read again here: an HTTP override may have landed while HTTP started.
+        await self.registration.register(self.disk_monitor.read_only)
         self.gc = GarbageCollector(self.bookie, store, config)
         self._tasks.append(asyncio.ensure_future(self.gc.run_forever()))
-        if config.read_only_mode_enabled:
-            self._tasks.append(asyncio.ensure_future(self.disk_monitor.run_forever()))
+        # Runs even with read_only_mode_enabled = false: it also notices a failed journal.
+        self._tasks.append(asyncio.ensure_future(self.disk_monitor.run_forever()))
         self.serving = True
-        log.info("bookie %s serving on %s:%d (http %d, %s)", config.bookie_id, config.host, self.port,
-                 self.http_port, config.network_location)
+        log.info("bookie %s serving on %s:%d (http %d, %s, %s)", config.bookie_id, config.host, self.port,
+                 self.http_port, config.network_location, "read-only" if self.read_only else "writable")
 
-    async def _mode_changed(self, read_only: bool) -> None:
-        self.server.set_read_only(read_only)
-        await self.registration.register(read_only)
+    async def _mode_changed(self, mode: Mode) -> None:
+        if self.server is not None:
+            self.server.set_read_only(mode.read_only, mode.reason)
+        # Not before the first registration (start-up registers the mode it
+        # finds) nor once stop() began: a late HTTP override must not
+        # re-register a bookie that is going away. Registration serialises
+        # concurrent register calls, so the last mode decided is the one left.
+        if self.registration is not None and not self._stopping:
+            await self.registration.register(mode.read_only)
 
     async def force_read_only(self, read_only: bool | None) -> None:
         """Admin override of the disk monitor (None returns control to it)."""
         self.disk_monitor.force(read_only)
         await self.disk_monitor.check_once()
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why) for /health: serving, and with a journal that still acknowledges adds."""
+        if not self.serving:
+            return False, "not serving (starting or stopping)"
+        failed = self.bookie.journal_failed if self.bookie is not None else None
+        if failed is not None:
+            return False, f"journal failed: {failed}"
+        return True, "OK"
 
     @property
     def port(self) -> int:
@@ -111,16 +133,32 @@ class BookieService:
         return bool(self.server and self.server.read_only)
 
     def refresh_gauges(self) -> None:
+        """Called on each /metrics scrape: gauges that are measured rather than counted."""
         if self.bookie is not None:
             self._disk_usage.set(self.bookie.disk_usage_bytes())
+        if self.disk_monitor is not None:
+            self._disk_usage_ratio.set(self.disk_monitor.last_usage)
 
     def info(self) -> dict:
         described = self.registration.describe() if self.registration else {}
-        return {**described, "serving": self.serving, "ledgers": len(self.bookie.ledger_ids()) if self.bookie else 0}
+        zone, upgrade_domain = parse_network_location(self.config.network_location)
+        mode = self.disk_monitor.mode if self.disk_monitor else None
+        return {
+            **described,
+            "bookie_id": self.config.bookie_id,
+            "zone": zone,
+            "upgrade_domain": upgrade_domain,
+            "serving": self.serving,
+            "state": "readonly" if self.read_only else "writable",
+            "state_reason": mode.reason if mode else "",
+            "disk_usage_fraction": self.disk_monitor.last_usage if self.disk_monitor else None,
+            "ledgers": len(self.bookie.ledger_ids()) if self.bookie else 0,
+        }
 
     async def stop(self) -> None:
         """Deregister, drain and close everything this service started. Idempotent."""
         self.serving = False
+        self._stopping = True
         if self.registration is not None:
             try:
                 await self.registration.unregister()

@@ -34,6 +34,7 @@ class Registration:
         self.read_only = False
         self._registered = False
         self._lock = asyncio.Lock()
+        self._pending: set[asyncio.Task] = set()
         store.add_session_listener(self._on_session)
 
     def describe(self) -> dict:
@@ -49,16 +50,21 @@ class Registration:
     async def register(self, read_only: bool = False) -> None:
         """(Re-)create the node for the given mode and remove the other one."""
         async with self._lock:
-            self.read_only = read_only
-            bookie_id = self._config.bookie_id
-            here = paths.readonly_path(bookie_id) if read_only else paths.available_path(bookie_id)
-            other = paths.available_path(bookie_id) if read_only else paths.readonly_path(bookie_id)
-            await self._store.ensure_path(paths.READONLY)
-            data = json.dumps(self.describe(), sort_keys=True).encode()
-            await self._create_owned(here, data)
-            await self._delete_own(other)
-            self._registered = True
-            log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
+            await self._register_locked(read_only)
+
+    async def _register_locked(self, read_only: bool) -> None:
+        self.read_only = read_only
+        bookie_id = self._config.bookie_id
+        here = paths.readonly_path(bookie_id) if read_only else paths.available_path(bookie_id)
+        other = paths.available_path(bookie_id) if read_only else paths.readonly_path(bookie_id)
+        await self._store.ensure_path(paths.READONLY)  # and /ledgers/available above it
+        data = json.dumps(self.describe(), sort_keys=True).encode()
+        # New node before removing the old one: a client listing both may
+        # briefly see the bookie twice, never not at all.
+        await self._create_owned(here, data)
+        await self._delete_own(other)
+        self._registered = True
+        log.info("bookie %s registered as %s", bookie_id, "read-only" if read_only else "writable")
 
     async def _create_owned(self, path: str, data: bytes) -> None:
         try:
@@ -86,18 +92,28 @@ class Registration:
                 pass
 
     async def unregister(self) -> None:
+        """Remove this bookie's node; a re-registration already under way finishes first and is not repeated."""
+        self._registered = False
+        await asyncio.gather(*self._pending, return_exceptions=True)
         async with self._lock:
-            self._registered = False
             for path in (paths.available_path(self._config.bookie_id), paths.readonly_path(self._config.bookie_id)):
                 await self._delete_own(path)
 
     def _on_session(self, state: SessionState) -> None:
+        # CONNECTED follows both a resumed session (the node is still ours:
+        # _create_owned just rewrites it) and a new one after LOST (the node
+        # is gone). Each CONNECTED triggers one attempt; an attempt cut short
+        # by another disconnection is retried by the CONNECTED that follows.
         if state is SessionState.CONNECTED and self._registered:
             task = asyncio.ensure_future(self._reregister())
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
     async def _reregister(self) -> None:
-        try:
-            await self.register(self.read_only)
-        except MetadataError as exc:
-            log.error("bookie %s could not re-register after session loss: %s", self._config.bookie_id, exc)
+        async with self._lock:
+            if not self._registered:  # unregistered (stopping) while this waited for the lock
+                return
+            try:
+                await self._register_locked(self.read_only)
+            except MetadataError as exc:
+                log.error("bookie %s could not re-register after a session change: %s", self._config.bookie_id, exc)

@@ -15,16 +15,24 @@ How this works:
   with a data watch: an add to a ledger with no metadata fails
   ``NoSuchLedger``; an add to a CLOSED ledger fails ``LedgerClosed`` (a
   stray writer after close), unless it is a recovery add.
-* Read-only mode refuses adds with ``BookieReadOnly`` but accepts recovery
-  adds, as BookKeeper lets high-priority (recovery) writes through: a
-  recovery must be able to finish even when a bookie of the old ensemble
-  went read-only. Reads are always served.
+  A closed ledger's cached state needs no watch (CLOSED is terminal).
+* Read-only mode (disk nearly full, operator override, failed journal;
+  see disk_monitor.py) refuses adds with ``BookieReadOnly`` but accepts
+  recovery adds. Decision: do as BookKeeper does with high-priority
+  (recovery) writes on a read-only bookie. Refusing them would let one
+  nearly-full disk block the recovery of every ledger whose last ensemble
+  includes this bookie, and the threshold (95 % by default) leaves the
+  headroom such rare writes need. A failed journal refuses them anyway (the
+  core answers ``BookieInternalError``). Reads are always served.
+* ``bookie_server_connections`` (gauge) and ``..._connections_accepted``
+  (counter) track connections for /metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -45,36 +53,57 @@ from storage.errors import (
     StorageError,
 )
 from storage.ledger_metadata import LedgerMetadata, LedgerState
-from storage.metadata import MetadataStore, paths
+from storage.metadata import MetadataStore, Watch, paths
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 4096
+CLOSED_CACHE_SIZE = 100_000
 
 
 class LedgerGate:
-    """Which ledgers may take normal adds, from their metadata (cached, kept fresh by watches)."""
+    """Which ledgers may take normal adds, from their metadata (cached, kept fresh by watches).
 
-    def __init__(self, store: MetadataStore):
+    OPEN and IN_RECOVERY ledgers are cached with a data watch, so a closure
+    or deletion reaches the bookie without a read per add. CLOSED is terminal
+    (only deletion follows, and a deleted ledger refuses adds just the same),
+    so a closed ledger drops its watch and sits in a bounded LRU: a bookie
+    that has seen millions of ledgers holds neither millions of watches nor
+    an unbounded cache. A ledger evicted from it is simply read again.
+    """
+
+    def __init__(self, store: MetadataStore, closed_cache_size: int = CLOSED_CACHE_SIZE):
         self._store = store
-        self._states: dict[int, LedgerState] = {}
+        self._live: dict[int, LedgerState] = {}
+        self._closed: OrderedDict[int, None] = OrderedDict()
+        self._closed_cache_size = closed_cache_size
         self._loading: dict[int, asyncio.Future] = {}
-        self._watches: dict = {}
+        self._watches: dict[int, Watch] = {}
 
     def allows(self, ledger_id: int, recovery: bool) -> bool:
         """Fast path: True when the cached state lets this add through without a metadata read."""
-        state = self._states.get(ledger_id)
-        return state is not None and (recovery or state is not LedgerState.CLOSED)
+        return ledger_id in self._live or (recovery and ledger_id in self._closed)
+
+    def state(self, ledger_id: int) -> LedgerState | None:
+        """The cached state (None: not cached)."""
+        return LedgerState.CLOSED if ledger_id in self._closed else self._live.get(ledger_id)
+
+    @property
+    def watched(self) -> int:
+        return len(self._watches)
 
     async def check(self, ledger_id: int, recovery: bool) -> None:
-        """Raises NoSuchLedgerError or LedgerClosedError."""
-        state = self._states.get(ledger_id)
+        """Raises NoSuchLedgerError, LedgerClosedError, or a MetadataError when the store is unreachable."""
+        state = self.state(ledger_id)
         if state is None:
             state = await self._load(ledger_id)
+        elif ledger_id in self._closed:
+            self._closed.move_to_end(ledger_id)  # LRU: recently used closed ledgers stay cached
         if state is LedgerState.CLOSED and not recovery:
             raise LedgerClosedError(f"ledger {ledger_id} is closed")
 
     async def _load(self, ledger_id: int) -> LedgerState:
+        # Concurrent first adds of one ledger share one metadata read.
         pending = self._loading.get(ledger_id)
         if pending is None:
             pending = self._loading[ledger_id] = asyncio.ensure_future(self._read(ledger_id))
@@ -83,6 +112,7 @@ class LedgerGate:
 
     async def _read(self, ledger_id: int) -> LedgerState:
         path = paths.ledger_path(ledger_id)
+        # Watch first, then read: every change after the read is notified (api.py).
         if ledger_id not in self._watches:
             self._watches[ledger_id] = self._store.watch_data(path, lambda _e: self._refresh(ledger_id))
         try:
@@ -94,16 +124,26 @@ class LedgerGate:
         except LedgerMetadataError as exc:
             self._forget(ledger_id)
             raise NoSuchLedgerError(f"ledger {ledger_id} has unreadable metadata: {exc}") from exc
-        self._states[ledger_id] = state
+        except BaseException:
+            self._forget(ledger_id)  # store unreachable: read again next time rather than trust nothing
+            raise
+        if state is LedgerState.CLOSED:
+            self._forget(ledger_id)
+            self._closed[ledger_id] = None
+            while len(self._closed) > self._closed_cache_size:
+                self._closed.popitem(last=False)
+        else:
+            self._live[ledger_id] = state
         return state
 
     def _refresh(self, ledger_id: int) -> None:
-        if ledger_id in self._states:
+        if ledger_id in self._live:
             task = asyncio.ensure_future(self._read(ledger_id))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # outcome is in the cache
 
     def _forget(self, ledger_id: int) -> None:
-        self._states.pop(ledger_id, None)
+        self._live.pop(ledger_id, None)
+        self._closed.pop(ledger_id, None)
         watch = self._watches.pop(ledger_id, None)
         if watch is not None:
             watch.cancel()
@@ -111,11 +151,14 @@ class LedgerGate:
     def close(self) -> None:
         for ledger_id in list(self._watches):
             self._forget(ledger_id)
+        self._closed.clear()
 
 
 class ServerMetrics:
     def __init__(self, registry: CollectorRegistry):
         self.connections = Gauge("bookie_server_connections", "Open client connections", registry=registry)
+        self.accepted = Counter("bookie_server_connections_accepted", "Client connections accepted",
+                                registry=registry)
         self.requests = Counter("bookie_server_requests", "Requests answered, by op and status", ["op", "status"],
                                 registry=registry)
         self.protocol_errors = Counter("bookie_server_protocol_errors", "Connections closed for bad input", ["reason"],
@@ -137,6 +180,7 @@ class BookieServer:
         self.gate = LedgerGate(store)
         self.metrics = ServerMetrics(registry)
         self.read_only = False
+        self.read_only_reason = ""
         self._connections: set[BookieConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._stopping = False
@@ -153,8 +197,9 @@ class BookieServer:
     def port(self) -> int:
         return self._server.sockets[0].getsockname()[1]
 
-    def set_read_only(self, read_only: bool) -> None:
+    def set_read_only(self, read_only: bool, reason: str = "") -> None:
         self.read_only = read_only
+        self.read_only_reason = reason
         self.metrics.read_only.set(1 if read_only else 0)
 
     async def handle(self, request: p.Request) -> p.Response:
@@ -174,18 +219,22 @@ class BookieServer:
             bodies = await self.bookie.read_range(request.ledger_id, request.first_entry_id, request.last_entry_id,
                                                   request.max_bytes)
             return p.BatchReadResponse(request.rid, p.OK, request.ledger_id, bodies)
+        except MetadataError as exc:
+            # The gate could not reach the metadata store. MetadataError is a
+            # StorageError, but its codes mean nothing to a bookie client:
+            # report a (retriable) bookie-side failure instead.
+            log.warning("metadata error serving %s for ledger %s: %s", type(request).__name__,
+                        request.ledger_id, exc)
+            return _error_response(request, BookieInternalError.code)
         except StorageError as exc:
             return _error_response(request, exc.code)
-        except MetadataError as exc:  # the gate could not reach the store: retriable for the client
-            log.warning("metadata error serving %s: %s", request, exc)
-            return _error_response(request, BookieInternalError.code)
         except Exception:
             log.exception("internal error serving %s", type(request).__name__)
             return _error_response(request, BookieInternalError.code)
 
     async def _add(self, request: p.AddRequest) -> p.AddResponse:
         if self.read_only and not request.recovery:
-            raise BookieReadOnlyError("bookie is read-only (disk usage above threshold)")
+            raise BookieReadOnlyError(f"bookie {self.config.bookie_id} is read-only: {self.read_only_reason}")
         if not self.gate.allows(request.ledger_id, request.recovery):
             await self.gate.check(request.ledger_id, request.recovery)
         await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
@@ -197,8 +246,7 @@ class BookieServer:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        for conn in list(self._connections):
-            await conn.drain_and_close()
+        await asyncio.gather(*(conn.drain_and_close() for conn in list(self._connections)))
         if self._server is not None:
             await self._server.wait_closed()
         self.gate.close()
@@ -227,6 +275,7 @@ class BookieConnection(asyncio.Protocol):
         self.transport = transport
         self.server._connections.add(self)
         self.server.metrics.connections.inc()
+        self.server.metrics.accepted.inc()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
