@@ -42,14 +42,14 @@ async def peer(metadata_url, store):
     await s.close()
 
 
-async def next_event(queue: asyncio.Queue, want) -> object:
+async def next_event(queue: asyncio.Queue, want, deadline_s: float = DEADLINE_S) -> object:
     """The first queued item satisfying ``want``, within the deadline."""
     async def find():
         while True:
             item = await queue.get()
             if want(item):
                 return item
-    return await asyncio.wait_for(find(), DEADLINE_S)
+    return await asyncio.wait_for(find(), deadline_s)
 
 
 async def observe(events: asyncio.Queue, read, expected) -> None:

@@ -12,17 +12,13 @@ from storage.metadata import EventType, SessionState, open_store
 from storage.metadata.zookeeper import ZooKeeperStore
 from tests.harness.processes import free_port
 from tests.harness.zookeeper import ZooKeeperServer
+from tests.metadata.test_contract import next_event
 
 DEADLINE_S = 15.0
 
 
 async def next_item(queue: asyncio.Queue, want) -> object:
-    async def find():
-        while True:
-            item = await queue.get()
-            if want(item):
-                return item
-    return await asyncio.wait_for(find(), DEADLINE_S)
+    return await next_event(queue, want, DEADLINE_S)
 
 
 async def test_chroot_is_created_and_isolates(zookeeper_server):
