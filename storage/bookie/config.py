@@ -11,11 +11,11 @@ diskUsageThreshold=0.95, diskUsageLwmThreshold=0.90).
 from __future__ import annotations
 
 import dataclasses
-import os
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+from storage.config import load_layered
 
 
 @dataclass(frozen=True)
@@ -113,60 +113,16 @@ def parse_network_location(location: str) -> tuple[str, str]:
 _ENV_PREFIX = "MAGNETAR_BOOKIE_"
 
 
-def _coerce(name: str, typ: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    text = str(typ)
-    if "bool" in text and isinstance(value, str):
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{name}: expected a boolean, got {value!r}")
-    try:
-        if "Path" in text:
-            return Path(value)
-        if text.startswith("int") or text == "<class 'int'>":
-            return int(value)
-        if text.startswith("float") or text == "<class 'float'>":
-            return float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: cannot use {value!r}: {exc}") from exc
-    return value
-
-
 def load_config(
     toml_path: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> BookieConfig:
     """Defaults < TOML file < MAGNETAR_BOOKIE_* env < overrides. Raises ValueError on unknown keys."""
-    known = {f.name: f.type for f in fields(BookieConfig)}
-    merged: dict[str, Any] = {}
-    if toml_path is not None:
-        with open(toml_path, "rb") as fh:
-            doc = tomllib.load(fh)
-        doc = doc.get("bookie", doc)
-        for key, value in doc.items():
-            if key not in known:
-                raise ValueError(f"unknown bookie config key {key!r} in {toml_path}")
-            merged[key] = value
-    for key, value in (environ if environ is not None else os.environ).items():
-        if key.startswith(_ENV_PREFIX):
-            name = key[len(_ENV_PREFIX):].lower()
-            if name not in known:
-                raise ValueError(f"unknown bookie config environment variable {key}")
-            merged[name] = value
-    for key, value in (overrides or {}).items():
-        if key not in known:
-            raise ValueError(f"unknown bookie config key {key!r}")
-        if value is not None:
-            merged[key] = value
-    for required in ("metadata_store_url", "data_dir"):
-        if required not in merged:
-            raise ValueError(f"bookie config needs {required} (flag, env {_ENV_PREFIX}{required.upper()} or TOML)")
-    coerced = {k: _coerce(k, known[k], v) for k, v in merged.items()}
-    return BookieConfig(**coerced).validate()
+    return load_layered(
+        BookieConfig, section="bookie", env_prefix=_ENV_PREFIX, toml_path=toml_path,
+        overrides=overrides, environ=environ, required=("metadata_store_url", "data_dir"),
+    )
 
 
 def with_changes(config: BookieConfig, **changes: Any) -> BookieConfig:

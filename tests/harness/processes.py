@@ -1,4 +1,4 @@
-"""Start, kill and restart real bookie processes through the real ``bookie start`` CLI.
+"""Start, kill and restart real bookie and broker processes through their real CLIs.
 
 Readiness is a condition with a deadline (the process's /health answers 200),
 never a sleep. Faults are real: ``kill9()`` sends SIGKILL, ``pause()`` SIGSTOP.
@@ -7,6 +7,7 @@ Used by the real-process test tier, the benchmarks and the cluster launcher.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import signal
@@ -80,44 +81,34 @@ def http_status(url: str) -> int | None:
         return None
 
 
-@dataclass
-class BookieProcess:
-    metadata_url: str
-    data_dir: Path
-    zone: str
-    upgrade_domain: str = "ud1"
-    port: int = field(default_factory=free_port)
-    http_port: int = field(default_factory=free_port)
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
+class ServiceProcess(abc.ABC):
+    """What every server process under test shares: spawn, readiness by /health, logs, signals."""
+
+    proc: subprocess.Popen | None
+    env: dict[str, str]
 
     @property
-    def bookie_id(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Names the process in errors."""
 
     @property
-    def network_location(self) -> str:
-        return f"/{self.zone}/{self.upgrade_domain}"
-
-    @property
+    @abc.abstractmethod
     def log_path(self) -> Path:
-        return Path(self.data_dir).parent / f"bookie-{self.port}.log"
+        """Where stdout and stderr go."""
 
+    @property
+    @abc.abstractmethod
+    def health_url(self) -> str:
+        """Answers 200 once the process serves."""
+
+    @abc.abstractmethod
     def command(self) -> list[str]:
-        return [
-            str(VENV_BIN / "bookie"), "start",
-            "--metadata-store", self.metadata_url,
-            "--data-dir", str(self.data_dir),
-            "--port", str(self.port),
-            "--http-port", str(self.http_port),
-            "--network-location", self.network_location,
-            *self.extra_args,
-        ]
+        """The argv that starts it."""
 
     def spawn(self) -> subprocess.Popen:
         """Start the process without waiting for readiness."""
-        Path(self.data_dir).parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
@@ -126,7 +117,7 @@ class BookieProcess:
         log.close()
         return self.proc
 
-    def start(self, timeout_s: float = 30.0) -> "BookieProcess":
+    def start(self, timeout_s: float = 30.0):
         self.spawn()
         self.wait_healthy(timeout_s)
         return self
@@ -134,11 +125,11 @@ class BookieProcess:
     def is_healthy(self) -> bool:
         """True once /health answers 200; raises if the process has exited."""
         if self.proc.poll() is not None:
-            raise RuntimeError(f"bookie {self.bookie_id} exited with {self.proc.returncode}:\n{self.log_tail()}")
-        return http_status(f"http://127.0.0.1:{self.http_port}/health") == 200
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+        return http_status(self.health_url) == 200
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        wait_until(self.is_healthy, timeout_s, f"bookie {self.bookie_id} to report healthy")
+        wait_until(self.is_healthy, timeout_s, f"{self.name} to report healthy")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -172,9 +163,94 @@ class BookieProcess:
             self.proc.kill()
             return self.proc.wait(10)
 
-    def restart(self, timeout_s: float = 30.0) -> "BookieProcess":
+    def restart(self, timeout_s: float = 30.0):
         self.stop()
         return self.start(timeout_s)
+
+
+@dataclass
+class BookieProcess(ServiceProcess):
+    metadata_url: str
+    data_dir: Path
+    zone: str
+    upgrade_domain: str = "ud1"
+    port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return f"bookie {self.bookie_id}"
+
+    @property
+    def network_location(self) -> str:
+        return f"/{self.zone}/{self.upgrade_domain}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.data_dir).parent / f"bookie-{self.port}.log"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/health"
+
+    def command(self) -> list[str]:
+        return [
+            str(VENV_BIN / "bookie"), "start",
+            "--metadata-store", self.metadata_url,
+            "--data-dir", str(self.data_dir),
+            "--port", str(self.port),
+            "--http-port", str(self.http_port),
+            "--network-location", self.network_location,
+            *self.extra_args,
+        ]
+
+
+@dataclass
+class BrokerProcess(ServiceProcess):
+    """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports."""
+
+    data_dir: Path
+    metadata_url: str | None = None
+    port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    bookie_port: int = field(default_factory=lambda: free_port_block(3))
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return f"broker 127.0.0.1:{self.port}"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.data_dir).parent / f"broker-{self.port}.log"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.web_url}/health"
+
+    def command(self) -> list[str]:
+        common = ["--port", str(self.port), "--http-port", str(self.http_port), *self.extra_args]
+        if self.metadata_url is not None:
+            return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
+        return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
+                "--bookie-port", str(self.bookie_port), *common]
 
 
 @dataclass
