@@ -97,10 +97,22 @@ def test_fuzz_only_codec_errors(chunks):
         pass
 
 
-def test_every_type_code_has_its_field():
-    fields = {f.number for f in T.DESCRIPTOR.fields}
+UNMODELLED = {"NEW_TXN", "NEW_TXN_RESPONSE", "ADD_PARTITION_TO_TXN", "ADD_PARTITION_TO_TXN_RESPONSE",
+              "ADD_SUBSCRIPTION_TO_TXN", "ADD_SUBSCRIPTION_TO_TXN_RESPONSE", "END_TXN", "END_TXN_RESPONSE",
+              "END_TXN_ON_PARTITION", "END_TXN_ON_PARTITION_RESPONSE", "END_TXN_ON_SUBSCRIPTION",
+              "END_TXN_ON_SUBSCRIPTION_RESPONSE", "TC_CLIENT_CONNECT_REQUEST", "TC_CLIENT_CONNECT_RESPONSE",
+              "WATCH_TOPIC_LIST", "WATCH_TOPIC_LIST_SUCCESS", "WATCH_TOPIC_UPDATE", "WATCH_TOPIC_LIST_CLOSE"}
+
+
+def test_every_modelled_type_code_has_its_field():
+    from magnetar.protocol.frames import field_for_type
+
     for v in T.Type.DESCRIPTOR.values:
-        assert v.number in fields, v.name
+        field = field_for_type(v.number)
+        if v.name in UNMODELLED:
+            assert field is None, v.name
+        else:
+            assert field is not None and T.DESCRIPTOR.fields_by_name[field].number == v.number, v.name
 
 
 def test_batch_round_trip():
@@ -118,7 +130,7 @@ MORE = [
     T(type=T.PRODUCER, producer=pb.CommandProducer(topic="t", producer_id=1, request_id=2)),
     T(type=T.SEND_ERROR, send_error=pb.CommandSendError(producer_id=1, sequence_id=2, error=9, message="crc")),
     T(type=T.MESSAGE, message=pb.CommandMessage(consumer_id=1, message_id=MID)),
-    T(type=T.ACK, ack=pb.CommandAck(consumer_id=1, ack_type=0, message_id=MID)),
+    T(type=T.ACK, ack=pb.CommandAck(consumer_id=1, ack_type=0, message_id=[MID])),
     T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=1000)),
     T(type=T.UNSUBSCRIBE, unsubscribe=pb.CommandUnsubscribe(consumer_id=1, request_id=2)),
     T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=1)),

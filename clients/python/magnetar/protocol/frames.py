@@ -20,6 +20,7 @@ class Frame:
     metadata: pb.MessageMetadata | None = None
     payload: bytes | None = None
     checksum_ok: bool = True
+    headers_and_payload: bytes | None = None  # magic..payload exactly as received (what a broker stores)
 
 
 def encode_command(cmd) -> bytes:
@@ -27,12 +28,36 @@ def encode_command(cmd) -> bytes:
     return struct.pack(">II", 4 + len(body), len(body)) + body
 
 
-def encode_payload_command(cmd, metadata, payload: bytes) -> bytes:
-    body = cmd.SerializeToString()
+def encode_headers_and_payload(metadata, payload: bytes) -> bytes:
+    """The payload section: [magic u16][crc32c u32][metaSize u32][MessageMetadata][payload]."""
     meta = metadata.SerializeToString()
     rest = struct.pack(">I", len(meta)) + meta + payload
-    tail = struct.pack(">HI", MAGIC_CRC32C, crc32c.crc32c(rest)) + rest
-    return struct.pack(">II", 4 + len(body) + len(tail), len(body)) + body + tail
+    return struct.pack(">HI", MAGIC_CRC32C, crc32c.crc32c(rest)) + rest
+
+
+def encode_payload_command(cmd, metadata, payload: bytes) -> bytes:
+    return encode_message(cmd, encode_headers_and_payload(metadata, payload))
+
+
+def encode_message(cmd, headers_and_payload: bytes) -> bytes:
+    """A command followed by an already-encoded payload section (a broker re-sending a stored entry)."""
+    body = cmd.SerializeToString()
+    return struct.pack(">II", 4 + len(body) + len(headers_and_payload), len(body)) + body + headers_and_payload
+
+
+def parse_headers_and_payload(data: bytes) -> tuple[pb.MessageMetadata, bytes, bool]:
+    """Split a payload section into (metadata, payload, checksum_ok). Raises ProtocolError."""
+    if len(data) < 10:
+        raise ProtocolError("truncated payload section")
+    magic, crc = struct.unpack_from(">HI", data, 0)
+    if magic != MAGIC_CRC32C:
+        raise ProtocolError(f"bad magic {magic:#x}")
+    body = data[6:]
+    (msize,) = struct.unpack_from(">I", body, 0)
+    if 4 + msize > len(body):
+        raise ProtocolError("metadataSize overruns frame")
+    meta = _parse(pb.MessageMetadata(), body[4:4 + msize])
+    return meta, body[4 + msize:], crc32c.crc32c(body) == crc
 
 
 def _parse(msg, data: bytes):
@@ -76,17 +101,8 @@ class FrameDecoder:
         rest = frame[4 + csize:]
         if not rest:
             return Frame(cmd)
-        if len(rest) < 10:
-            raise ProtocolError("truncated payload section")
-        magic, crc = struct.unpack_from(">HI", rest, 0)
-        if magic != MAGIC_CRC32C:
-            raise ProtocolError(f"bad magic {magic:#x}")
-        body = rest[6:]
-        (msize,) = struct.unpack_from(">I", body, 0)
-        if 4 + msize > len(body):
-            raise ProtocolError("metadataSize overruns frame")
-        meta = _parse(pb.MessageMetadata(), body[4:4 + msize])
-        return Frame(cmd, meta, body[4 + msize:], crc32c.crc32c(body) == crc)
+        meta, payload, ok = parse_headers_and_payload(rest)
+        return Frame(cmd, meta, payload, ok, rest)
 
 
 # Batches: a payload of [u32 size][SingleMessageMetadata][payload] per message.
@@ -123,3 +139,13 @@ def unpack_batch(payload: bytes, count: int):
 def command(type_, **fields) -> pb.BaseCommand:
     """command(T.PING, ping=pb.CommandPing()) -> BaseCommand with type set."""
     return pb.BaseCommand(type=type_, **fields)
+
+
+# In BaseCommand each command's field number equals its Type value (a protocol fact).
+_FIELD_BY_TYPE = {t: f.name for t in pb.BaseCommand.Type.values()
+                  if (f := pb.BaseCommand.DESCRIPTOR.fields_by_number.get(t)) is not None}
+
+
+def field_for_type(type_: int) -> str | None:
+    """The BaseCommand field carrying a command of this type (None for types we do not model)."""
+    return _FIELD_BY_TYPE.get(type_)

@@ -1,0 +1,232 @@
+"""Tenants, namespace policies and partitioned-topic metadata, kept in the metadata store.
+
+Layout (Pulsar's): ``/admin/policies/<tenant>`` holds the tenant's info,
+``/admin/policies/<tenant>/<namespace>`` its namespace policies, and
+``/admin/partitioned-topics/<tenant>/<namespace>/persistent/<topic>`` the
+partition count of a partitioned topic. Documents are JSON in Pulsar's field
+names so admin tools recognise them. Every update is a conditional write on
+the node's version (a conflict is raised, never swallowed); brokers watch
+nothing here yet and re-read on use, which keeps several brokers consistent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
+from broker.topics.names import NamespaceName, TopicName, check_segment, encode_local_name
+from storage.errors import MetadataError, NodeExistsError, NoNodeError
+from storage.metadata import MetadataStore
+
+POLICIES_ROOT = "/admin/policies"
+PARTITIONED_ROOT = "/admin/partitioned-topics"
+MANAGED_LEDGERS_ROOT = "/managed-ledgers"
+
+
+class ConflictError(NotAllowedError):
+    """The resource already exists."""
+
+
+class NotFoundError(TopicNotFoundError):
+    """The resource does not exist."""
+
+
+@dataclass(frozen=True)
+class NamespacePolicies:
+    """A namespace's policies; -1/None means "use the broker's default"."""
+
+    retention_time_minutes: int | None = None
+    retention_size_mb: int | None = None
+    deduplication_enabled: bool | None = None
+    max_producers_per_topic: int | None = None
+    max_consumers_per_topic: int | None = None
+    max_consumers_per_subscription: int | None = None
+    max_unacked_messages_per_consumer: int | None = None
+    max_unacked_messages_per_subscription: int | None = None
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if v is not None and not k.startswith("retention")}
+        if self.retention_time_minutes is not None or self.retention_size_mb is not None:
+            out["retention_policies"] = {
+                "retentionTimeInMinutes": self.retention_time_minutes or 0,
+                "retentionSizeInMB": self.retention_size_mb or 0,
+            }
+        return out
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "NamespacePolicies":
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in doc.items() if k in known}
+        retention = doc.get("retention_policies")
+        if retention:
+            values["retention_time_minutes"] = int(retention.get("retentionTimeInMinutes", 0))
+            values["retention_size_mb"] = int(retention.get("retentionSizeInMB", 0))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    admin_roles: list[str] = field(default_factory=list)
+    allowed_clusters: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"adminRoles": list(self.admin_roles), "allowedClusters": list(self.allowed_clusters)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "TenantInfo":
+        return cls(list(doc.get("adminRoles", [])), list(doc.get("allowedClusters", [])))
+
+
+def _dump(doc: dict) -> bytes:
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+class Resources:
+    """Reads and conditional writes of tenants, namespaces and partitioned topics."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+
+    # ---- tenants --------------------------------------------------------
+
+    async def tenants(self) -> list[str]:
+        return sorted(await self._children(POLICIES_ROOT))
+
+    async def create_tenant(self, tenant: str, info: TenantInfo) -> None:
+        check_segment("tenant", tenant)
+        await self._create(f"{POLICIES_ROOT}/{tenant}", info.to_json(), f"tenant {tenant} already exists")
+
+    async def get_tenant(self, tenant: str) -> TenantInfo:
+        return TenantInfo.from_json(await self._get(f"{POLICIES_ROOT}/{tenant}", f"tenant {tenant} does not exist"))
+
+    async def delete_tenant(self, tenant: str) -> None:
+        if await self.namespaces(tenant):
+            raise NotAllowedError(f"tenant {tenant} still has namespaces")
+        await self._delete(f"{POLICIES_ROOT}/{tenant}", f"tenant {tenant} does not exist")
+
+    # ---- namespaces -----------------------------------------------------
+
+    async def namespaces(self, tenant: str) -> list[str]:
+        await self.get_tenant(tenant)
+        return sorted(f"{tenant}/{ns}" for ns in await self._children(f"{POLICIES_ROOT}/{tenant}"))
+
+    async def create_namespace(self, ns: NamespaceName, policies: NamespacePolicies | None = None) -> None:
+        await self.get_tenant(ns.tenant)
+        await self._create(self._ns_path(ns), (policies or NamespacePolicies()).to_json(), f"namespace {ns} already exists")
+
+    async def namespace_exists(self, ns: NamespaceName) -> bool:
+        return await self._exists(self._ns_path(ns))
+
+    async def get_policies(self, ns: NamespaceName) -> NamespacePolicies:
+        return NamespacePolicies.from_json(await self._get(self._ns_path(ns), f"namespace {ns} does not exist"))
+
+    async def update_policies(self, ns: NamespaceName, **changes) -> NamespacePolicies:
+        """Read-modify-write of one namespace's policies, conditional on the version read."""
+        path = self._ns_path(ns)
+        try:
+            data, stat = await self.store.get(path)
+            current = NamespacePolicies.from_json(json.loads(data))
+            updated = NamespacePolicies(**{**asdict(current), **changes})
+            await self.store.set(path, _dump(updated.to_json()), stat.version)
+        except NoNodeError as exc:
+            raise NotFoundError(f"namespace {ns} does not exist") from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"updating policies of {ns}: {exc}") from exc
+        return updated
+
+    async def delete_namespace(self, ns: NamespaceName) -> None:
+        if await self.topics(ns) or await self.partitioned_topics(ns):
+            raise NotAllowedError(f"namespace {ns} still has topics")
+        await self._delete(self._ns_path(ns), f"namespace {ns} does not exist")
+
+    # ---- topics ---------------------------------------------------------
+
+    async def topics(self, ns: NamespaceName) -> list[TopicName]:
+        """Topics with a managed ledger (non-partitioned topics and partitions)."""
+        names = await self._children(f"{MANAGED_LEDGERS_ROOT}/{ns}/persistent")
+        return sorted((TopicName.from_managed_ledger_name(f"{ns}/persistent/{n}") for n in names), key=str)
+
+    async def partitioned_topics(self, ns: NamespaceName) -> list[TopicName]:
+        names = await self._children(f"{PARTITIONED_ROOT}/{ns}/persistent")
+        return sorted((TopicName.from_managed_ledger_name(f"{ns}/persistent/{n}") for n in names), key=str)
+
+    async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
+        if partitions < 1:
+            raise NotAllowedError(f"a partitioned topic needs at least 1 partition, got {partitions}")
+        if topic.partition_index >= 0:
+            raise NotAllowedError(f"{topic} is a partition name; a partitioned topic may not end in -partition-<n>")
+        await self._create(self._partitioned_path(topic), {"partitions": partitions}, f"topic {topic} already exists")
+
+    async def partition_count(self, topic: TopicName) -> int:
+        """Partitions of ``topic``; 0 when it is not a partitioned topic."""
+        try:
+            data, _ = await self.store.get(self._partitioned_path(topic))
+        except NoNodeError:
+            return 0
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"reading partitions of {topic}: {exc}") from exc
+        return int(json.loads(data)["partitions"])
+
+    async def delete_partitioned_topic(self, topic: TopicName) -> None:
+        await self._delete(self._partitioned_path(topic), f"partitioned topic {topic} does not exist")
+
+    # ---- helpers --------------------------------------------------------
+
+    @staticmethod
+    def _ns_path(ns: NamespaceName) -> str:
+        return f"{POLICIES_ROOT}/{ns.tenant}/{ns.namespace}"
+
+    @staticmethod
+    def _partitioned_path(topic: TopicName) -> str:
+        return f"{PARTITIONED_ROOT}/{topic.namespace_name}/persistent/{encode_local_name(topic.local_name)}"
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            return await self.store.children(path)
+        except NoNodeError:
+            return []
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"listing {path}: {exc}") from exc
+
+    async def _exists(self, path: str) -> bool:
+        try:
+            return await self.store.exists(path) is not None
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"reading {path}: {exc}") from exc
+
+    async def _get(self, path: str, missing: str) -> dict:
+        try:
+            data, _ = await self.store.get(path)
+        except NoNodeError as exc:
+            raise NotFoundError(missing) from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"reading {path}: {exc}") from exc
+        return json.loads(data)
+
+    async def _create(self, path: str, doc: dict, exists: str) -> None:
+        try:
+            await self.store.create(path, _dump(doc), make_parents=True)
+        except NodeExistsError as exc:
+            raise ConflictError(exists) from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"creating {path}: {exc}") from exc
+
+    async def _delete(self, path: str, missing: str) -> None:
+        try:
+            await self.store.delete(path)
+        except NoNodeError as exc:
+            raise NotFoundError(missing) from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"deleting {path}: {exc}") from exc
+
+    async def ensure_default_namespace(self, cluster: str) -> None:
+        """Create tenant ``public`` and namespace ``public/default`` if missing (as Pulsar standalone does)."""
+        for step in (
+            lambda: self.create_tenant("public", TenantInfo([], [cluster])),
+            lambda: self.create_namespace(NamespaceName("public", "default")),
+        ):
+            try:
+                await step()
+            except ConflictError:
+                pass
