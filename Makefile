@@ -26,7 +26,7 @@ zookeeper:
 	fi
 
 run: venv
-	$(VENV)/bin/bookie standalone --data-dir $(DATA_DIR)
+	$(VENV)/bin/broker standalone --data-dir $(DATA_DIR)
 
 # pytest exit code 5 means "no tests collected": that is a failure, not a pass.
 test: venv zookeeper

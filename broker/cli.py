@@ -1,15 +1,49 @@
-"""Console script `broker`. Its subcommands (`start`, `standalone`) arrive with the broker issue."""
+"""Console script `broker`: `broker start` joins a cluster, `broker standalone` runs everything in one process.
+
+Both print one line containing `` ready (`` once they accept clients (scripts
+and tests wait for it) and stop cleanly on SIGINT/SIGTERM. A configuration or
+start-up problem exits with status 2 and a one-line reason on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import signal
 import sys
+from pathlib import Path
+
+from broker.config import BrokerConfig, load_config
+
+EXIT_REFUSED = 2
+FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="broker", description="Magnetar broker (no subcommands yet: the ledger store comes first)")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = argparse.ArgumentParser(prog="broker", description="Magnetar broker: the Apache Pulsar protocol over replicated ledgers")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ... (default INFO)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    start = commands.add_parser("start", help="run a broker that joins a cluster through a zk:// metadata store")
+    _common_flags(start)
+    start.add_argument("--metadata-store", dest="metadata_store_url", help="zk://host:port[/chroot]")
+
+    standalone = commands.add_parser(
+        "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker, persisted under --data-dir")
+    _common_flags(standalone)
+    standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
+    standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
     return parser
+
+
+def _common_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file (keys are BrokerConfig field names, optionally under [broker])")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
+    p.add_argument("--http-port", type=int, help="HTTP admin / metrics port (default 8080)")
+    p.add_argument("--advertised-address", help="host name clients are told to dial (default: --host)")
+    p.add_argument("--cluster-name", help="cluster name (default standalone)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +51,73 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
+        return EXIT_REFUSED
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    flags = {k: getattr(args, k, None) for k in FLAG_FIELDS}
+    try:
+        if args.command == "standalone":
+            from broker.standalone import metadata_url
+
+            data_dir = Path(args.data_dir)
+            flags["metadata_store_url"] = metadata_url(data_dir)
+            config = load_config(args.config, flags)
+        else:
+            config = load_config(args.config, flags)
+            data_dir = None
+    except (ValueError, OSError) as exc:
+        print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    _use_uvloop()
+    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None)))
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # a pinned dependency; fall back rather than refuse to run
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None) -> int:
+    from broker.errors import BrokerError
+    from broker.http import start_http
+    from broker.service import BrokerService
+    from broker.standalone import Standalone
+    from storage.errors import StorageError
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    standalone = None
+    broker = None
+    http = None
+    try:
+        if data_dir is not None:
+            standalone = await Standalone.start(data_dir, config, bookie_port)
+            broker = standalone.broker
+        else:
+            broker = await BrokerService.start(config)
+        http = await start_http(broker, config.host, config.http_port)
+        http_port = http.addresses[0][1] if http.addresses else config.http_port
+    except (BrokerError, StorageError, OSError, ValueError) as exc:
+        print(f"broker: refusing to start: {exc}", file=sys.stderr, flush=True)
+        if standalone is not None:
+            await standalone.stop()
+        elif broker is not None:
+            await broker.close()
+        return EXIT_REFUSED
+    mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
+    print(f"broker {config.broker_id} ready ({broker.service_url}, http://{config.advertised_address}:{http_port}; {mode})",
+          flush=True)
+    await stop.wait()
+    print("broker: shutting down", flush=True)
+    await http.cleanup()
+    if standalone is not None:
+        await standalone.stop()
+    else:
+        await broker.close()
     return 0
 
 

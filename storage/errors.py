@@ -250,3 +250,40 @@ class BookieStartupError(StorageError):
 @register(301)
 class CookieMismatchError(BookieStartupError):
     """Bookie cookie does not match its directories or the metadata store."""
+
+
+# ---- managed ledger ------------------------------------------------------
+
+
+class ManagedLedgerError(StorageError):
+    """Managed ledger error."""
+
+
+@register(401)
+class ManagedLedgerFencedError(ManagedLedgerError):
+    """Another owner took this managed ledger over: it accepts no more writes."""
+
+
+@register(402)
+class ManagedLedgerClosedError(ManagedLedgerError):
+    """The managed ledger (or cursor) is closed."""
+
+
+@register(403)
+class ManagedLedgerNotFoundError(ManagedLedgerError):
+    """No managed ledger with that name."""
+
+
+@register(404)
+class CursorNotFoundError(ManagedLedgerError):
+    """No cursor with that name."""
+
+
+@register(405)
+class InvalidManagedLedgerNameError(ManagedLedgerError):
+    """The managed ledger or cursor name is not valid."""
+
+
+@register(406)
+class ManagedLedgerConfigError(ManagedLedgerError):
+    """The managed ledger configuration is not valid."""

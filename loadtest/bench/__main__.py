@@ -1,4 +1,8 @@
-"""Entry point: ``python -m loadtest.bench ledger [--quick] [--out results/ledger.json]``."""
+"""Entry point: ``python -m loadtest.bench SUITE [--quick] [--out results/bench-SUITE.json]``.
+
+Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in one run) or one of
+``produce``, ``latency``, ``e2e``, ``catchup``, ``topics`` (the official client against `broker standalone`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import sys
 
 from loadtest.bench.report import write_json
 
-SUITES = {"ledger": "loadtest.bench.ledger"}
+SUITES = {"ledger": ("loadtest.bench.ledger", None), "broker": ("loadtest.bench.broker", None)}
+SUITES.update({name: ("loadtest.bench.broker", (name,)) for name in ("produce", "latency", "e2e", "catchup", "topics")})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (seconds), for smoke tests")
     parser.add_argument("--out", default=None, help="JSON output path (default results/bench-<suite>.json)")
     args = parser.parse_args(argv)
-    results = importlib.import_module(SUITES[args.suite]).run(quick=args.quick)
+    module, only = SUITES[args.suite]
+    kwargs = {"only": only} if only else {}
+    results = importlib.import_module(module).run(quick=args.quick, **kwargs)
     path = write_json(args.out or f"results/bench-{args.suite}.json", args.suite, results)
     print(f"\nJSON written to {path}")
     return 0

@@ -1,0 +1,134 @@
+"""Broker configuration: one frozen dataclass, loaded through storage.config.load_layered.
+
+Defaults follow Pulsar's broker.conf where it has one (maxMessageSize 5 MiB,
+maxUnackedMessagesPerConsumer 50000, maxUnackedMessagesPerSubscription
+200000, dispatcherMaxReadBatchSize 100, brokerDeduplicationEnabled false,
+allowAutoTopicCreation true, non-partitioned). Replication defaults to
+E2/Qw2/Qa2 so every acknowledged message is on two zones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from storage.config import load_layered
+from storage.managed_ledger import ManagedLedgerConfig
+
+ENV_PREFIX = "MAGNETAR_BROKER_"
+MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+# Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
+FRAME_PADDING = 10 * 1024
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    metadata_store_url: str
+    host: str = "127.0.0.1"
+    port: int = 6650
+    http_port: int = 8080
+    advertised_address: str | None = None  # host clients dial; default: host (or 127.0.0.1 when host is 0.0.0.0)
+    cluster_name: str = "standalone"
+
+    max_message_size: int = MAX_MESSAGE_SIZE
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"  # or "partitioned"
+    default_num_partitions: int = 1
+    allow_auto_subscription_creation: bool = True
+
+    max_producers_per_topic: int = 0  # 0 = unlimited; namespace policies override
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    dispatcher_max_read_batch_size: int = 100
+    deduplication_enabled: bool = False
+    delayed_delivery_enabled: bool = True
+    subscription_key_shared_consistent_hashing_points: int = 100
+
+    managed_ledger_ensemble_size: int = 2
+    managed_ledger_write_quorum: int = 2
+    managed_ledger_ack_quorum: int = 2
+    managed_ledger_max_entries_per_ledger: int = 50_000
+    managed_ledger_max_size_per_ledger_mb: int = 2048
+    managed_ledger_min_ledger_rollover_time_s: int = 600
+    managed_ledger_max_ledger_rollover_time_s: int = 14_400
+    managed_ledger_cache_size_mb: int = 64
+    default_retention_time_s: int = 0
+    default_retention_size_mb: int = 0
+
+    keep_alive_interval_s: float = 30.0
+    metadata_session_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.advertised_address is None:
+            object.__setattr__(self, "advertised_address", "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host)
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised_address}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{self.advertised_address}:{self.http_port}"
+
+    @property
+    def broker_id(self) -> str:
+        return f"{self.advertised_address}:{self.port}"
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self.max_message_size + FRAME_PADDING
+
+    def managed_ledger_config(self, retention_time_s: int | None = None, retention_size_mb: int | None = None) -> ManagedLedgerConfig:
+        return ManagedLedgerConfig(
+            ensemble_size=self.managed_ledger_ensemble_size,
+            write_quorum_size=self.managed_ledger_write_quorum,
+            ack_quorum_size=self.managed_ledger_ack_quorum,
+            max_entries_per_ledger=self.managed_ledger_max_entries_per_ledger,
+            max_size_per_ledger_mb=self.managed_ledger_max_size_per_ledger_mb,
+            min_ledger_rollover_time_s=self.managed_ledger_min_ledger_rollover_time_s,
+            max_ledger_rollover_time_s=self.managed_ledger_max_ledger_rollover_time_s,
+            retention_time_s=self.default_retention_time_s if retention_time_s is None else retention_time_s,
+            retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
+            cache_size_mb=self.managed_ledger_cache_size_mb,
+        ).validate()
+
+    def validate(self) -> "BrokerConfig":
+        """Cross-field checks. Returns self; raises ValueError naming the field."""
+        for name in ("port", "http_port"):
+            value = getattr(self, name)
+            if not 0 <= value < 65536:
+                raise ValueError(f"{name} must be in 0..65535, got {value}")
+        if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
+            raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
+        if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
+            raise ValueError("allow_auto_topic_creation_type must be 'non-partitioned' or 'partitioned'")
+        if self.default_num_partitions < 1:
+            raise ValueError("default_num_partitions must be >= 1")
+        if self.dispatcher_max_read_batch_size < 1:
+            raise ValueError("dispatcher_max_read_batch_size must be >= 1")
+        for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
+                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
+        return self
+
+
+def load_config(
+    toml_path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Defaults < TOML file (``[broker]`` table or top level) < MAGNETAR_BROKER_* env < overrides."""
+    return load_layered(
+        BrokerConfig, section="broker", env_prefix=ENV_PREFIX, toml_path=toml_path,
+        overrides=overrides, environ=environ, required=("metadata_store_url",),
+    )
+
+
+def with_changes(config: BrokerConfig, **changes: Any) -> BrokerConfig:
+    return dataclasses.replace(config, **changes).validate()

@@ -1,0 +1,29 @@
+"""The broker's HTTP server (port 8080): health, Prometheus metrics, admin REST and lookup in Pulsar's shapes."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker.http.admin import SERVICE, routes
+
+
+async def start_http(service, host: str, port: int) -> web.AppRunner:
+    app = web.Application(middlewares=[_errors])
+    app[SERVICE] = service
+    app.add_routes(routes)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    return runner
+
+
+@web.middleware
+async def _errors(request, handler):
+    from broker.http.admin import error_response
+
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception as exc:
+        return error_response(exc)

@@ -1,0 +1,343 @@
+"""Admin REST and lookup routes in Pulsar's shapes (``/admin/v2/...``, ``/lookup/v2/...``), plus health and metrics.
+
+Errors are JSON ``{"reason": ...}`` with Pulsar's status codes: 412 for an
+invalid name, 404 for something missing, 409 for a conflict, 405 for an
+operation not allowed, 400 for a malformed body, 500 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from broker.errors import BrokerError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
+from broker.http.metrics import render_metrics
+from broker.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
+from broker.topics.names import NamespaceName, parse_topic
+from storage.managed_ledger import InitialPosition, Position
+
+SERVICE = web.AppKey("service", object)
+routes = web.RouteTableDef()
+
+
+def error_response(exc: Exception) -> web.Response:
+    if isinstance(exc, InvalidTopicNameError):
+        status = 412
+    elif isinstance(exc, (NotFoundError, TopicNotFoundError, SubscriptionNotFoundError)):
+        status = 404
+    elif isinstance(exc, ConflictError):
+        status = 409
+    elif isinstance(exc, NotAllowedError):
+        status = 405
+    elif isinstance(exc, BadRequest):
+        status = 400
+    else:
+        status = 500
+    reason = str(exc) if isinstance(exc, BrokerError) or status == 400 else f"{type(exc).__name__}: {exc}"
+    return web.json_response({"reason": reason}, status=status)
+
+
+class BadRequest(Exception):
+    """The request body is not what the route expects."""
+
+
+async def _json(request, default=None):
+    if not request.can_read_body:
+        return default
+    try:
+        return json.loads(await request.text())
+    except ValueError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+
+
+def _service(request):
+    return request.app[SERVICE]
+
+
+def _topic(request):
+    m = request.match_info
+    return parse_topic(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+
+
+def _ns(request) -> NamespaceName:
+    return NamespaceName.parse(f"{request.match_info['tenant']}/{request.match_info['ns']}")
+
+
+# ---- health and metrics -----------------------------------------------------------
+
+
+@routes.get("/health")
+async def health(request):
+    return web.Response(text="OK")
+
+
+@routes.get("/admin/v2/brokers/health")
+async def broker_health(request):
+    return web.Response(text="ok")
+
+
+@routes.get("/metrics")
+async def metrics(request):
+    return web.Response(body=render_metrics(_service(request)), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+# ---- tenants and namespaces ---------------------------------------------------------
+
+
+@routes.get("/admin/v2/tenants")
+async def list_tenants(request):
+    return web.json_response(await _service(request).resources.tenants())
+
+
+@routes.put("/admin/v2/tenants/{tenant}")
+async def create_tenant(request):
+    body = await _json(request, {}) or {}
+    await _service(request).resources.create_tenant(request.match_info["tenant"], TenantInfo.from_json(body))
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/tenants/{tenant}")
+async def get_tenant(request):
+    return web.json_response((await _service(request).resources.get_tenant(request.match_info["tenant"])).to_json())
+
+
+@routes.delete("/admin/v2/tenants/{tenant}")
+async def delete_tenant(request):
+    await _service(request).resources.delete_tenant(request.match_info["tenant"])
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/namespaces/{tenant}")
+async def list_namespaces(request):
+    return web.json_response(await _service(request).resources.namespaces(request.match_info["tenant"]))
+
+
+@routes.put("/admin/v2/namespaces/{tenant}/{ns}")
+async def create_namespace(request):
+    body = await _json(request, {}) or {}
+    await _service(request).resources.create_namespace(_ns(request), NamespacePolicies.from_json(body))
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/namespaces/{tenant}/{ns}")
+async def get_policies(request):
+    return web.json_response((await _service(request).resources.get_policies(_ns(request))).to_json())
+
+
+@routes.delete("/admin/v2/namespaces/{tenant}/{ns}")
+async def delete_namespace(request):
+    await _service(request).resources.delete_namespace(_ns(request))
+    return web.Response(status=204)
+
+
+@routes.post("/admin/v2/namespaces/{tenant}/{ns}/retention")
+async def set_retention(request):
+    body = await _json(request)
+    if not isinstance(body, dict):
+        raise BadRequest('expected {"retentionTimeInMinutes": N, "retentionSizeInMB": N}')
+    await _service(request).resources.update_policies(
+        _ns(request), retention_time_minutes=int(body.get("retentionTimeInMinutes", 0)),
+        retention_size_mb=int(body.get("retentionSizeInMB", 0)))
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/namespaces/{tenant}/{ns}/retention")
+async def get_retention(request):
+    p = await _service(request).resources.get_policies(_ns(request))
+    return web.json_response({"retentionTimeInMinutes": p.retention_time_minutes or 0, "retentionSizeInMB": p.retention_size_mb or 0})
+
+
+_NS_FLAGS = {
+    "deduplication": ("deduplication_enabled", bool),
+    "maxProducersPerTopic": ("max_producers_per_topic", int),
+    "maxConsumersPerTopic": ("max_consumers_per_topic", int),
+    "maxConsumersPerSubscription": ("max_consumers_per_subscription", int),
+    "maxUnackedMessagesPerConsumer": ("max_unacked_messages_per_consumer", int),
+    "maxUnackedMessagesPerSubscription": ("max_unacked_messages_per_subscription", int),
+}
+
+
+@routes.post("/admin/v2/namespaces/{tenant}/{ns}/{policy}")
+async def set_policy(request):
+    field, kind = _policy_field(request)
+    value = await _json(request)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest(f"{request.match_info['policy']} expects a JSON {kind.__name__}")
+    await _service(request).resources.update_policies(_ns(request), **{field: value})
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/namespaces/{tenant}/{ns}/{policy}")
+async def get_policy(request):
+    field, _ = _policy_field(request)
+    return web.json_response(getattr(await _service(request).resources.get_policies(_ns(request)), field))
+
+
+def _policy_field(request):
+    try:
+        return _NS_FLAGS[request.match_info["policy"]]
+    except KeyError:
+        raise web.HTTPNotFound(text=json.dumps({"reason": f"unknown policy {request.match_info['policy']!r}"}),
+                               content_type="application/json")
+
+
+# ---- topics -------------------------------------------------------------------------
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}")
+async def list_topics(request):
+    return web.json_response([str(t) for t in await _service(request).resources.topics(_ns(request))])
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/partitioned")
+async def list_partitioned(request):
+    return web.json_response([str(t) for t in await _service(request).resources.partitioned_topics(_ns(request))])
+
+
+@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+async def create_partitioned(request):
+    partitions = await _json(request)
+    if not isinstance(partitions, int) or isinstance(partitions, bool):
+        raise BadRequest("the body must be the number of partitions")
+    service, topic = _service(request), _topic(request)
+    if await service.factory.exists(topic.managed_ledger_name):
+        raise ConflictError(f"a non-partitioned topic {topic} already exists")
+    await service.resources.create_partitioned_topic(topic, partitions)
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+async def get_partitions(request):
+    return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
+
+
+@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+async def delete_partitioned(request):
+    service, topic = _service(request), _topic(request)
+    count = await service.resources.partition_count(topic)
+    if count == 0:
+        raise NotFoundError(f"partitioned topic {topic} does not exist")
+    for i in range(count):
+        if await service.factory.exists(topic.partition(i).managed_ledger_name):
+            await service.delete_topic(topic.partition(i))
+    await service.resources.delete_partitioned_topic(topic)
+    return web.Response(status=204)
+
+
+@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}")
+async def create_topic(request):
+    await _service(request).create_topic(_topic(request))
+    return web.Response(status=204)
+
+
+@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}")
+async def delete_topic(request):
+    service, topic = _service(request), _topic(request)
+    if not await service.factory.exists(topic.managed_ledger_name):
+        raise NotFoundError(f"topic {topic} does not exist")
+    await service.delete_topic(topic)
+    return web.Response(status=204)
+
+
+async def _loaded(request):
+    service, topic = _service(request), _topic(request)
+    if not await service.factory.exists(topic.managed_ledger_name):
+        raise NotFoundError(f"topic {topic} does not exist")
+    return await service.get_topic(topic, create=False)
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/stats")
+async def topic_stats(request):
+    return web.json_response((await _loaded(request)).stats())
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats")
+async def internal_stats(request):
+    return web.json_response((await _loaded(request)).internal_stats())
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
+async def partitioned_stats(request):
+    service, topic = _service(request), _topic(request)
+    count = await service.resources.partition_count(topic)
+    if count == 0:
+        raise NotFoundError(f"partitioned topic {topic} does not exist")
+    parts = {}
+    for i in range(count):
+        parts[str(topic.partition(i))] = (await service.get_topic(topic.partition(i), create=True)).stats()
+    total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog")}
+    return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts})
+
+
+@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")
+async def unload(request):
+    await _service(request).unload_topic(_topic(request))
+    return web.Response(status=204)
+
+
+# ---- subscriptions ----------------------------------------------------------------------
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions")
+async def list_subscriptions(request):
+    return web.json_response(sorted((await _loaded(request)).subscriptions))
+
+
+def _message_id(body) -> Position | None:
+    if body is None:
+        return None
+    if not isinstance(body, dict) or "ledgerId" not in body or "entryId" not in body:
+        raise BadRequest('expected a message id {"ledgerId": L, "entryId": E}')
+    return Position(int(body["ledgerId"]), int(body["entryId"]))
+
+
+@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
+async def create_subscription(request):
+    topic = await _service(request).get_topic(_topic(request), create=True)
+    start = _message_id(await _json(request))
+    await topic.create_subscription(request.match_info["sub"], start, InitialPosition.LATEST)
+    return web.Response(status=204)
+
+
+@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
+async def delete_subscription(request):
+    await (await _loaded(request)).unsubscribe(request.match_info["sub"])
+    return web.Response(status=204)
+
+
+@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}")
+async def reset_by_time(request):
+    topic = await _loaded(request)
+    sub = _subscription(topic, request.match_info["sub"])
+    await sub.reset(await topic.position_for_publish_time(int(request.match_info["timestamp"])))
+    return web.Response(status=204)
+
+
+@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor")
+async def reset_by_id(request):
+    topic = await _loaded(request)
+    sub = _subscription(topic, request.match_info["sub"])
+    position = _message_id(await _json(request))
+    if position is None:
+        raise BadRequest("the body must be a message id")
+    await sub.reset(position)
+    return web.Response(status=204)
+
+
+def _subscription(topic, name):
+    sub = topic.subscriptions.get(name)
+    if sub is None:
+        raise SubscriptionNotFoundError(f"subscription {name} does not exist on {topic.name}")
+    return sub
+
+
+# ---- lookup -------------------------------------------------------------------------------
+
+
+@routes.get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}")
+async def lookup(request):
+    service = _service(request)
+    url = await service.lookup(_topic(request))
+    return web.json_response({"brokerUrl": url, "brokerUrlTls": "", "httpUrl": service.config.web_service_url,
+                              "httpUrlTls": "", "nativeUrl": url})

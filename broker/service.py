@@ -1,0 +1,200 @@
+"""The broker service: its topics, the protocol listener, and the answers to lookups.
+
+``BrokerService.start(config, store=None)`` opens the metadata store (unless
+given one, as standalone does), the ledger client and the managed-ledger
+factory, makes sure ``public/default`` exists, and listens on the Pulsar port.
+Topics load on first use: a topic's managed ledger opens by fencing the
+previous owner's last ledger, so a broker that loads a topic is its only
+writer. Loads of the same topic are shared, never run twice.
+
+This broker answers every lookup with itself; bundle ownership across several
+brokers belongs to the cluster (issue 5), which plugs in at ``lookup`` and
+``get_topic``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.config import BrokerConfig
+from broker.errors import BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, TopicNotFoundError
+from broker.resources import ConflictError, NamespacePolicies, Resources
+from broker.server.connection import ServerConnection
+from broker.topics.names import TopicName
+from broker.topics.persistent import PersistentTopic
+from storage.client import ClientConfig, LedgerClient
+from storage.errors import MetadataError, StorageError
+from storage.managed_ledger import ManagedLedgerFactory
+from storage.metadata import MetadataStore, open_store
+
+log = logging.getLogger(__name__)
+
+VERSION = "Magnetar 0.1"
+
+
+class BrokerService:
+    version = VERSION
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore, client: LedgerClient, factory: ManagedLedgerFactory,
+                 *, owns_store: bool):
+        self.config = config
+        self.store = store
+        self.client = client
+        self.factory = factory
+        self.resources = Resources(store)
+        self.topics: dict[str, PersistentTopic] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        self.connections: set[ServerConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._owns_store = owns_store
+        self._tasks: set[asyncio.Task] = set()
+        self.port = config.port
+
+    @classmethod
+    async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
+        owns = store is None
+        if store is None:
+            store = await open_store(config.metadata_store_url)
+        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
+        factory = ManagedLedgerFactory(store, client)
+        service = cls(config, store, client, factory, owns_store=owns)
+        await service.resources.ensure_default_namespace(config.cluster_name)
+        loop = asyncio.get_running_loop()
+        service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port)
+        service.port = service._server.sockets[0].getsockname()[1]
+        log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
+        return service
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- lookup --------------------------------------------------------------
+
+    async def lookup(self, topic: TopicName) -> str:
+        await self._check_namespace(topic)
+        return self.service_url
+
+    async def partitioned_metadata(self, topic: TopicName) -> int:
+        """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
+        await self._check_namespace(topic)
+        partitions = await self.resources.partition_count(topic)
+        if partitions or topic.partition_index >= 0:
+            return partitions
+        if (
+            self.config.allow_auto_topic_creation
+            and self.config.allow_auto_topic_creation_type == "partitioned"
+            and not await self.factory.exists(topic.managed_ledger_name)
+        ):
+            try:
+                await self.resources.create_partitioned_topic(topic, self.config.default_num_partitions)
+            except NotAllowedError:
+                pass  # created concurrently
+            return await self.resources.partition_count(topic)
+        return 0
+
+    async def _check_namespace(self, topic: TopicName) -> None:
+        if not await self.resources.namespace_exists(topic.namespace_name):
+            raise TopicNotFoundError(f"namespace {topic.namespace_name} does not exist (topic {topic})")
+
+    # ---- topics --------------------------------------------------------------
+
+    async def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
+        """The loaded topic, loading it (and creating it when allowed) on first use."""
+        key = str(name)
+        topic = self.topics.get(key)
+        if topic is not None and not topic.closed:
+            return topic
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_future()
+            self._loading[key] = loading
+            try:
+                topic = await self._load(name, create)
+                self.topics[key] = topic
+                loading.set_result(topic)
+            except BaseException as exc:
+                loading.set_exception(exc)
+                loading.exception()  # retrieved: waiters re-raise it themselves
+                raise
+            finally:
+                self._loading.pop(key, None)
+            return topic
+        return await asyncio.shield(loading)
+
+    async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+        await self._check_namespace(name)
+        if await self.resources.partition_count(name) > 0:
+            raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
+        exists = await self.factory.exists(name.managed_ledger_name)
+        if not exists:
+            partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0
+            if not partitioned_parent and not (create and self.config.allow_auto_topic_creation):
+                raise TopicNotFoundError(f"topic {name} does not exist")
+        policies = await self.resources.get_policies(name.namespace_name)
+        ml_config = self.config.managed_ledger_config(*_retention(policies))
+        try:
+            ml = await self.factory.open(name.managed_ledger_name, ml_config)
+        except StorageError as exc:
+            raise PersistenceError(f"opening topic {name} failed: {exc}") from exc
+        try:
+            return await PersistentTopic.load(self, name, ml, policies)
+        except BaseException:
+            await ml.close()
+            raise
+
+    async def create_topic(self, name: TopicName) -> None:
+        """Admin: create a non-partitioned topic (its managed ledger)."""
+        if await self.factory.exists(name.managed_ledger_name) or await self.resources.partition_count(name):
+            raise ConflictError(f"topic {name} already exists")
+        await self.get_topic(name, create=True)
+
+    async def delete_topic(self, name: TopicName) -> None:
+        topic = await self.get_topic(name, create=False)
+        await topic.delete()
+        self.topics.pop(str(name), None)
+
+    async def unload_topic(self, name: TopicName) -> None:
+        topic = self.topics.pop(str(name), None)
+        if topic is not None:
+            await topic.close(notify=True)
+
+    # ---- shutdown ------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for name in list(self.topics):
+            topic = self.topics.pop(name)
+            try:
+                await topic.close(notify=False)
+            except (BrokerError, StorageError) as exc:
+                log.warning("closing %s: %s", name, exc)
+        for task in list(self._tasks):
+            task.cancel()
+        await self.factory.close()
+        await self.client.close()
+        if self._owns_store:
+            try:
+                await self.store.close()
+            except MetadataError as exc:
+                raise BrokerMetadataError(f"closing the metadata store: {exc}") from exc
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:
+    """Namespace retention (minutes, MB) as the managed ledger's (seconds, MB); None = broker default."""
+    seconds = None
+    if policies.retention_time_minutes is not None:
+        seconds = -1 if policies.retention_time_minutes < 0 else policies.retention_time_minutes * 60
+    return seconds, policies.retention_size_mb

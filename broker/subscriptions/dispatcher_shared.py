@@ -1,0 +1,217 @@
+"""Shared and Key_Shared dispatchers: many consumers, each entry to exactly one of them.
+
+Shared hands entries round robin to consumers that have permits and are
+under their unacked-message limit. Positions to redeliver (negative acks,
+ack timeouts, consumers that left) wait in a replay queue that is read before
+new entries. Messages with a ``deliver_at_time`` in the future are held by
+the delayed-delivery tracker and join the replay queue when due.
+
+Key_Shared sends every key to one consumer (the selector maps key hashes to
+consumers). To keep per-key order, an entry whose key already has older
+entries waiting for replay waits too, and a consumer that joined recently
+only receives entries older than the read position when it joined until the
+mark-delete position passes that point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.subscriptions.consumer import Consumer, DispatchedEntry
+from broker.subscriptions.delayed_delivery import DelayedDeliveryTracker
+from broker.subscriptions.dispatcher import Dispatcher, now_ms
+from broker.subscriptions.key_shared import (
+    ConsistentHashingSelector, RecentlyJoined, StickyRangesSelector, sticky_key_hash,
+)
+from broker.subscriptions.redelivery import ReplayQueue
+from broker.subscriptions.shared import RoundRobinSelector
+
+NONE_KEY = b"NONE_KEY"
+
+
+class SharedDispatcher(Dispatcher):
+    def __init__(self, subscription, max_read_batch_size: int = 100, *, delayed_delivery: bool = True, clock=now_ms):
+        super().__init__(subscription, max_read_batch_size)
+        self.replay = ReplayQueue()
+        self.delayed = DelayedDeliveryTracker(clock) if delayed_delivery else None
+        self.clock = clock
+        self.round_robin = RoundRobinSelector()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def takers(self) -> list[Consumer]:
+        return [c for c in self.consumers if c.can_take()]
+
+    def ready(self) -> bool:
+        return bool(self.takers()) and not self.subscription_blocked()
+
+    def subscription_blocked(self) -> bool:
+        limit = self.subscription.topic.limit("max_unacked_messages_per_subscription")
+        return bool(limit) and sum(c.unacked_messages for c in self.consumers) >= limit
+
+    def read_count(self) -> int:
+        permits = sum(max(c.permits, 0) for c in self.takers())
+        return max(1, min(permits, self.max_read_batch_size))
+
+    async def read(self, count: int):
+        if len(self.replay):
+            positions = self.replay.pop(count)
+            return await self.subscription.read_positions(positions)
+        return await self.read_tail(count)
+
+    # ---- hand-out ------------------------------------------------------------
+
+    def dispatch(self, entries) -> bool:
+        out = self.hold_delayed(self.entries_to_send(entries, self.key_hash_of()))
+        if not out:
+            return bool(entries)  # everything was acked or delayed: keep reading
+        return self.hand_out(out)
+
+    def key_hash_of(self):
+        return None
+
+    def hand_out(self, out: list[DispatchedEntry]) -> bool:
+        sent = False
+        for e in out:
+            consumer = self.round_robin.next(self.consumers, lambda c: c.can_take())
+            if consumer is None:
+                self.replay.add(e.position)
+                continue
+            consumer.deliver([e])
+            self.subscription.record_out([e])
+            sent = True
+        return sent
+
+    def hold_delayed(self, out: list[DispatchedEntry]) -> list[DispatchedEntry]:
+        if self.delayed is None:
+            return out
+        now = self.clock()
+        kept = []
+        for e in out:
+            md = e.metadata
+            if md.HasField("deliver_at_time") and md.deliver_at_time > now and self.delayed.add(e.position, md.deliver_at_time):
+                continue
+            kept.append(e)
+        self._arm_timer()
+        return kept
+
+    def _arm_timer(self) -> None:
+        if self.delayed is None:
+            return
+        nxt = self.delayed.next_delivery_ms()
+        if nxt is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(max(0.0, (nxt - self.clock()) / 1000), self._release_due)
+
+    def _release_due(self) -> None:
+        self._timer = None
+        for position in self.delayed.due(self.clock()):
+            self.replay.add(position)
+        self._arm_timer()
+        self.wake()
+
+    # ---- redelivery ----------------------------------------------------------
+
+    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
+        released = consumer.pending.release_all() if positions is None else consumer.pending.release(positions)
+        consumer.redeliveries += 1
+        consumer.acked()
+        await self.redeliver_released(released)
+
+    async def redeliver_released(self, positions) -> None:
+        for p in positions:
+            self.redelivery.increment(p)
+            self.replay.add(p)
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> list:
+        released = super().remove_consumer(consumer)
+        self.wake()
+        return released
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await super().close()
+
+
+class KeySharedDispatcher(SharedDispatcher):
+    def __init__(self, subscription, max_read_batch_size: int = 100, *, delayed_delivery: bool = True,
+                 points_per_consumer: int = 100, clock=now_ms):
+        super().__init__(subscription, max_read_batch_size, delayed_delivery=delayed_delivery, clock=clock)
+        self.points_per_consumer = points_per_consumer
+        self.selector = None
+        self.recently_joined = RecentlyJoined()
+        self._replay_hashes: dict[tuple, int] = {}
+
+    def key_hash_of(self):
+        def of(md) -> int:
+            if md.HasField("ordering_key"):
+                key = md.ordering_key
+            elif md.HasField("partition_key"):
+                key = md.partition_key.encode()
+            else:
+                key = NONE_KEY
+            return sticky_key_hash(key)
+        return of
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        meta = consumer.key_shared_meta
+        sticky = meta is not None and meta.keySharedMode == 1  # KeySharedMode.STICKY
+        if self.selector is None:
+            self.selector = StickyRangesSelector() if sticky else ConsistentHashingSelector(self.points_per_consumer)
+        if sticky:
+            self.selector.add_consumer(consumer, [(r.start, r.end) for r in meta.hashRanges])
+        else:
+            self.selector.add_consumer(consumer)
+        if self.consumers and not (meta is not None and meta.allowOutOfOrderDelivery):
+            self.recently_joined.add(consumer, tuple(self.cursor.read_position))
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> list:
+        if self.selector is not None:
+            self.selector.remove_consumer(consumer)
+        self.recently_joined.remove(consumer)
+        return super().remove_consumer(consumer)
+
+    async def read(self, count: int):
+        if len(self.replay):
+            positions = self.replay.pop(count)
+            for p in positions:
+                self._replay_hashes.pop(p, None)
+            return await self.subscription.read_positions(positions)
+        return await self.read_tail(count)
+
+    def on_ack(self) -> None:
+        self.recently_joined.prune(tuple(self.cursor.mark_delete_position))
+        super().on_ack()
+
+    def hand_out(self, out: list[DispatchedEntry]) -> bool:
+        waiting = set(self._replay_hashes.values())
+        budget = {id(c): c.permits if c.can_take() else 0 for c in self.consumers}
+        mark_delete = tuple(self.cursor.mark_delete_position)
+        sent = False
+        for e in out:
+            consumer = self.selector.select(e.key_hash) if self.consumers else None
+            if (
+                consumer is None
+                or e.key_hash in waiting
+                or budget.get(id(consumer), 0) <= 0
+                or not self.recently_joined.allowed(consumer, e.position, mark_delete)
+            ):
+                waiting.add(e.key_hash)  # later entries of this key wait behind this one
+                self._replay_hashes[e.position] = e.key_hash
+                self.replay.add(e.position)
+                continue
+            budget[id(consumer)] -= e.num_messages
+            consumer.deliver([e])
+            self.subscription.record_out([e])
+            sent = True
+        return sent
+
+    async def redeliver_released(self, positions) -> None:
+        for p in positions:
+            self._replay_hashes.setdefault(tuple(p), -1)
+        await super().redeliver_released(positions)

@@ -1,0 +1,225 @@
+"""A subscription: a cursor on the topic's managed ledger, its consumers and its dispatcher.
+
+The first consumer fixes the subscription type; later consumers must match
+it (Exclusive admits one consumer, the others any number). Acknowledgements
+move the cursor: individual acks delete single entries (or single messages
+of a batch, when the client acks batch indexes), cumulative acks move the
+mark-delete position. A durable subscription outlives its consumers; a
+non-durable one (a reader) ends with its last consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from broker.errors import ConsumerBusyError, NotAllowedError, PersistenceError, SubscriptionNotFoundError
+from broker.subscriptions import SubscriptionType
+from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatcher import SingleActiveConsumerDispatcher
+from broker.subscriptions.dispatcher_shared import KeySharedDispatcher, SharedDispatcher
+from storage.errors import StorageError
+from storage.managed_ledger import Position
+
+log = logging.getLogger(__name__)
+
+
+def bitset_to_longs(bits: list[int] | set[int], size: int) -> list[int]:
+    """Indexes -> java.util.BitSet long array (signed 64-bit words, little-endian bit order)."""
+    words = [0] * ((size + 63) // 64)
+    for i in bits:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+def longs_to_bitset(words, size: int) -> set[int]:
+    out = set()
+    for wi, w in enumerate(words):
+        w &= (1 << 64) - 1
+        for b in range(64):
+            if w >> b & 1 and wi * 64 + b < size:
+                out.add(wi * 64 + b)
+    return out
+
+
+class Subscription:
+    def __init__(self, topic, name: str, cursor, *, durable: bool = True):
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.type: SubscriptionType | None = None
+        self.dispatcher = None
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.closed = False
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return list(self.dispatcher.consumers) if self.dispatcher else []
+
+    # ---- consumers -------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
+        """Attach a consumer. Raises ConsumerBusyError when the type or exclusivity forbids it."""
+        if self.closed:
+            raise SubscriptionNotFoundError(f"subscription {self.name} is closed")
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if sub_type != self.type:
+                raise ConsumerBusyError(
+                    f"subscription {self.name} is of type {self.type.name}; a {sub_type.name} consumer cannot join"
+                )
+            if sub_type is SubscriptionType.Exclusive:
+                raise ConsumerBusyError(f"exclusive consumer is already connected to subscription {self.name}")
+            limit = self.topic.limit("max_consumers_per_subscription")
+            if limit and len(self.dispatcher.consumers) >= limit:
+                raise ConsumerBusyError(f"subscription {self.name} reached its limit of {limit} consumers")
+        if self.dispatcher is None or sub_type != self.type:
+            self._new_dispatcher(sub_type, consumer.partition_index)
+        shared = sub_type in (SubscriptionType.Shared, SubscriptionType.Key_Shared)
+        consumer.max_unacked_messages = self.topic.limit("max_unacked_messages_per_consumer") if shared else 0
+        self.dispatcher.add_consumer(consumer)
+
+    def _new_dispatcher(self, sub_type: SubscriptionType, partition_index: int) -> None:
+        old = self.dispatcher
+        if old is not None:
+            self.topic.spawn(old.close())
+        config = self.topic.config
+        batch = config.dispatcher_max_read_batch_size
+        if sub_type is SubscriptionType.Shared:
+            self.dispatcher = SharedDispatcher(self, batch, delayed_delivery=config.delayed_delivery_enabled)
+        elif sub_type is SubscriptionType.Key_Shared:
+            self.dispatcher = KeySharedDispatcher(
+                self, batch, delayed_delivery=config.delayed_delivery_enabled,
+                points_per_consumer=config.subscription_key_shared_consistent_hashing_points,
+            )
+        else:
+            self.dispatcher = SingleActiveConsumerDispatcher(
+                self, batch, partition_index, failover=sub_type is SubscriptionType.Failover)
+        self.type = sub_type
+
+    async def remove_consumer(self, consumer: Consumer) -> None:
+        if self.dispatcher is None:
+            return
+        released = self.dispatcher.remove_consumer(consumer)
+        if released and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
+            await self.dispatcher.redeliver_released(released)
+        if not self.dispatcher.consumers and not self.durable:
+            await self.topic.remove_subscription(self.name)
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        self.dispatcher.flow(consumer, permits)
+
+    # ---- acks ------------------------------------------------------------
+
+    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids: list[tuple[Position, list[int] | None, int]]) -> None:
+        """Apply acks. ``ids`` holds (position, ack_set or None, batch_size); ack_set bits mark messages still unacked."""
+        if cumulative and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
+            raise NotAllowedError(f"cumulative ack is not allowed on a {self.type.name} subscription")
+        try:
+            if cumulative:
+                await self._ack_cumulative(consumer, *ids[-1])
+            else:
+                await self._ack_individual(consumer, ids)
+        except StorageError as exc:
+            raise PersistenceError(f"ack on {self.name} failed: {exc}") from exc
+        self.dispatcher.on_ack()
+
+    async def _ack_individual(self, consumer: Consumer, ids) -> None:
+        whole = []
+        for position, ack_set, batch_size in ids:
+            if ack_set is not None and batch_size > 0:
+                remaining = longs_to_bitset(ack_set, batch_size)
+                if remaining:
+                    acked = set(range(batch_size)) - remaining
+                    await self.cursor.delete_batch_indexes(position, acked, batch_size)
+                    consumer.pending.ack_batch_indexes(position, acked)
+                    if self.cursor.is_deleted(position):
+                        self._forget(consumer, position)
+                    continue
+            whole.append(position)
+        if whole:
+            await self.cursor.delete(whole)
+            for position in whole:
+                self._forget(consumer, position)
+
+    async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
+        if ack_set is not None and batch_size > 0 and longs_to_bitset(ack_set, batch_size):
+            # Part of this batch is acked: ack those indexes, and everything before the entry in full.
+            remaining = longs_to_bitset(ack_set, batch_size)
+            await self.cursor.delete_batch_indexes(position, set(range(batch_size)) - remaining, batch_size)
+            if position.entry_id == 0:
+                return
+            position = Position(position.ledger_id, position.entry_id - 1)
+        if position > self.cursor.mark_delete_position:
+            await self.cursor.mark_delete(position)
+        for p in consumer.pending.remove_up_to(position):
+            self.dispatcher.redelivery.remove(p)
+
+    def _forget(self, consumer: Consumer, position) -> None:
+        consumer.pending.remove(position)
+        self.dispatcher.redelivery.remove(position)
+
+    def ack_set_for(self, entry) -> list[int] | None:
+        """For a batch partly acked by batch index: the bitset of messages still to deliver."""
+        acked = self.cursor.batch_deleted_indexes(entry.position)
+        if not acked:
+            return None
+        return bitset_to_longs(set(range(entry.num_messages)) - set(acked), entry.num_messages)
+
+    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
+        await self.dispatcher.redeliver(consumer, positions)
+
+    # ---- position changes ------------------------------------------------
+
+    async def reset(self, position: Position) -> None:
+        """Seek: move mark-delete and read position; every consumer is closed and resubscribes (Pulsar's behaviour)."""
+        for consumer in self.consumers:
+            self.dispatcher.remove_consumer(consumer)
+            consumer.close()
+        try:
+            await self.cursor.reset(position)
+        except StorageError as exc:
+            raise PersistenceError(f"reset of {self.name} failed: {exc}") from exc
+        self.dispatcher.redelivery.clear()
+        await self.dispatcher.restart()
+
+    async def read_positions(self, positions: list) -> list:
+        return await self.topic.ml.read_entries_at(positions)
+
+    # ---- stats -----------------------------------------------------------
+
+    def record_out(self, entries) -> None:
+        for e in entries:
+            self.msg_out += e.num_messages
+            self.bytes_out += len(e.data)
+        self.topic.record_out(entries)
+
+    @property
+    def backlog(self) -> int:
+        return self.cursor.backlog
+
+    def stats(self) -> dict:
+        return {
+            "type": self.type.name if self.type else None,
+            "msgBacklog": self.backlog,
+            "msgOutCounter": self.msg_out,
+            "bytesOutCounter": self.bytes_out,
+            "isDurable": self.durable,
+            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "consumers": [
+                {
+                    "consumerName": c.name, "availablePermits": c.permits, "unackedMessages": c.unacked_messages,
+                    "blockedConsumerOnUnackedMsgs": c.blocked, "msgOutCounter": c.msg_out, "address": c.address,
+                }
+                for c in self.consumers
+            ],
+        }
+
+    async def close(self, notify: bool = True) -> None:
+        self.closed = True
+        for consumer in self.consumers:
+            consumer.close(notify)
+        if self.dispatcher is not None:
+            await self.dispatcher.close()
+        if not self.durable:
+            await self.cursor.close()

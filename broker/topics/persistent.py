@@ -1,0 +1,337 @@
+"""A persistent topic: a managed ledger, the producers writing it and the subscriptions reading it.
+
+Publishing appends the entry exactly as the producer sent it (headers and
+payload: magic, checksum, metadata, payload; a batch is one entry) and
+answers the producer once the managed ledger confirms the add, in the order
+the sends arrived. Subscriptions are durable cursors (or non-durable ones for
+readers) on the same managed ledger.
+
+When the managed ledger is fenced (another broker took the topic over) the
+topic stops: every producer and consumer is closed so the clients look the
+topic up again, and the broker drops the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.errors import (
+    BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError,
+    SubscriptionNotFoundError, TopicFencedError,
+)
+from broker.subscriptions import SubscriptionType
+from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.subscription import Subscription
+from broker.topics.dedup import CURSOR_NAME as DEDUP_CURSOR, Deduplication, DupStatus
+from broker.topics.names import TopicName
+from broker.topics.producer import AccessMode, Producer, Verdict, admit
+from magnetar.protocol.frames import parse_headers_and_payload
+from storage.errors import StorageError
+from storage.managed_ledger import InitialPosition, ManagedLedgerFencedError, Position
+
+log = logging.getLogger(__name__)
+
+DUPLICATE = Position(-1, -1)
+
+
+class PersistentTopic:
+    def __init__(self, service, name: TopicName, ml, policies):
+        self.service = service
+        self.name = name
+        self.ml = ml
+        self.policies = policies
+        self.config = service.config
+        self.producers: list[Producer] = []
+        self.subscriptions: dict[str, Subscription] = {}
+        self.dedup = Deduplication()
+        self.topic_epoch = 0
+        self._waiting_exclusive: list[tuple[Producer, asyncio.Future]] = []
+        self._tasks: set[asyncio.Task] = set()
+        self.closed = False
+        self.msg_in = self.bytes_in = self.msg_out = self.bytes_out = 0
+        self.last_batch_size = None  # messages in the last entry, known once read or written here
+        self.created_ms = int(time.time() * 1000)
+
+    @classmethod
+    async def load(cls, service, name: TopicName, ml, policies) -> "PersistentTopic":
+        topic = cls(service, name, ml, policies)
+        for cursor_name, cursor in list(ml.cursors.items()):
+            if cursor_name != DEDUP_CURSOR:
+                topic.subscriptions[cursor_name] = Subscription(topic, cursor_name, cursor, durable=True)
+        if topic.limit("deduplication_enabled"):
+            await topic.dedup.enable(ml)
+        return topic
+
+    def limit(self, name: str):
+        """A namespace policy if set, else the broker default."""
+        value = getattr(self.policies, name, None)
+        return getattr(self.config, name) if value is None else value
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- producers -------------------------------------------------------
+
+    async def add_producer(self, producer: Producer, requested_epoch: int | None) -> asyncio.Future | None:
+        """Admit a producer; for WaitForExclusive returns a future that resolves when it is admitted."""
+        self._check_open()
+        limit = self.limit("max_producers_per_topic")
+        if limit and len(self.producers) >= limit:
+            raise ProducerBusyError(f"topic {self.name} reached its limit of {limit} producers")
+        if producer.user_provided_name and any(p.name == producer.name for p in self.producers):
+            raise ProducerBusyError(f"producer with name {producer.name!r} is already connected to topic {self.name}")
+        decision = admit(producer.access_mode, self.producers, self.topic_epoch, requested_epoch)
+        if decision.verdict is Verdict.WAIT:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiting_exclusive.append((producer, fut))
+            producer.ready = False
+            return fut
+        if decision.verdict is Verdict.FENCE_OTHERS:
+            for other in list(self.producers):
+                self.remove_producer(other)
+                other.connection.close_producer(other.producer_id)
+        self._attach(producer, decision.new_epoch)
+        return None
+
+    def _attach(self, producer: Producer, new_epoch: int | None) -> None:
+        if new_epoch is not None:
+            self.topic_epoch = new_epoch
+            producer.epoch = new_epoch
+        producer.ready = True
+        self.producers.append(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        if producer in self.producers:
+            self.producers.remove(producer)
+        self._waiting_exclusive = [(p, f) for p, f in self._waiting_exclusive if p is not producer]
+        if not self.producers and self._waiting_exclusive:
+            waiter, fut = self._waiting_exclusive.pop(0)
+            self._attach(waiter, self.topic_epoch + 1)
+            if not fut.done():
+                fut.set_result(None)
+
+    # ---- publish ---------------------------------------------------------
+
+    async def publish(self, producer: Producer, sequence_id: int, highest_sequence_id: int,
+                      num_messages: int, data: bytes) -> Position:
+        """Persist one entry; returns its position (DUPLICATE for a deduplicated resend)."""
+        self._check_open()
+        status = self.dedup.check(producer.name, sequence_id, highest_sequence_id)
+        if status is DupStatus.DUPLICATE:
+            return DUPLICATE
+        if status is DupStatus.UNKNOWN:
+            raise PersistenceError(f"sequence id {sequence_id} of {producer.name!r} is still being stored; retry")
+        try:
+            position = await self.ml.add_entry(data)
+        except ManagedLedgerFencedError as exc:
+            self.dedup.forget_pushed(producer.name)
+            self.fenced(exc)
+            raise TopicFencedError(f"topic {self.name} moved to another broker") from exc
+        except StorageError as exc:
+            self.dedup.forget_pushed(producer.name)
+            raise PersistenceError(f"storing the message failed: {exc}") from exc
+        producer.record(num_messages, len(data))
+        self.msg_in += num_messages
+        self.bytes_in += len(data)
+        self.last_batch_size = num_messages
+        await self.dedup.persisted_at(producer.name, max(sequence_id, highest_sequence_id), position)
+        return position
+
+    def fenced(self, exc: Exception) -> None:
+        if not self.closed:
+            log.warning("topic %s fenced: %s; closing it", self.name, exc)
+            self.spawn(self.service.unload_topic(self.name))
+
+    # ---- subscriptions ---------------------------------------------------
+
+    async def subscribe(self, consumer: Consumer, sub_name: str, sub_type: SubscriptionType, *, durable: bool,
+                        initial_position: InitialPosition, start: Position | None = None,
+                        start_inclusive: bool = False) -> Subscription:
+        self._check_open()
+        if sub_name == DEDUP_CURSOR:
+            raise NotAllowedError(f"subscription name {DEDUP_CURSOR!r} is reserved")
+        limit = self.limit("max_consumers_per_topic")
+        if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
+            raise ConsumerBusyError(f"topic {self.name} reached its limit of {limit} consumers")
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            if durable:
+                if not self.config.allow_auto_subscription_creation:
+                    raise SubscriptionNotFoundError(f"subscription {sub_name} does not exist on {self.name}")
+                cursor = await self._guard(self.ml.open_cursor(sub_name, initial_position=initial_position))
+                if start is not None:
+                    await self._guard(cursor.reset(start))
+            else:
+                if start is None and initial_position is InitialPosition.LATEST:
+                    start, start_inclusive = self.ml.last_confirmed_entry, False
+                cursor = self.ml.new_non_durable_cursor(start=start, inclusive=start_inclusive)
+            sub = self.subscriptions.get(sub_name) or Subscription(self, sub_name, cursor, durable=durable)
+            self.subscriptions[sub_name] = sub
+        elif not durable and sub.durable:
+            raise ConsumerBusyError(f"subscription {sub_name} is durable; a reader cannot use its name")
+        sub.add_consumer(consumer, sub_type)
+        return sub
+
+    async def create_subscription(self, sub_name: str, start: Position | None, initial_position: InitialPosition) -> None:
+        """Admin: create a durable subscription without a consumer."""
+        self._check_open()
+        if sub_name in self.subscriptions:
+            raise ConsumerBusyError(f"subscription {sub_name} already exists on {self.name}")
+        cursor = await self._guard(self.ml.open_cursor(sub_name, initial_position=initial_position))
+        if start is not None:
+            await self._guard(cursor.reset(start))
+        self.subscriptions[sub_name] = Subscription(self, sub_name, cursor, durable=True)
+
+    async def unsubscribe(self, sub_name: str, consumer: Consumer | None = None) -> None:
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            raise SubscriptionNotFoundError(f"subscription {sub_name} does not exist on {self.name}")
+        others = [c for c in sub.consumers if c is not consumer]
+        if others:
+            raise ConsumerBusyError(f"subscription {sub_name} has {len(others)} other consumer(s) connected")
+        if consumer is not None:
+            await sub.remove_consumer(consumer)
+        await self.remove_subscription(sub_name, delete=sub.durable)
+
+    async def remove_subscription(self, sub_name: str, delete: bool = False) -> None:
+        sub = self.subscriptions.pop(sub_name, None)
+        if sub is None:
+            return
+        await sub.close(notify=True)
+        if delete:
+            await self._guard(self.ml.delete_cursor(sub_name))
+
+    async def _guard(self, awaitable):
+        """Run a managed-ledger operation, translating storage errors at the broker boundary."""
+        try:
+            return await awaitable
+        except ManagedLedgerFencedError as exc:
+            self.fenced(exc)
+            raise TopicFencedError(f"topic {self.name} moved to another broker") from exc
+        except StorageError as exc:
+            raise PersistenceError(f"{self.name}: {exc}") from exc
+
+    # ---- queries ---------------------------------------------------------
+
+    async def last_message_id(self) -> tuple[Position, int]:
+        """The last stored message: (position, batch index) -- batch index -1 for a single message."""
+        last = self.ml.last_confirmed_entry
+        if last.entry_id < 0:
+            return last, -1
+        if self.last_batch_size is None:
+            entries = await self._guard(self.ml.read_entries_at([last]))
+            n = 1
+            if entries:
+                md, _, _ = parse_headers_and_payload(entries[0].data)
+                n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+            self.last_batch_size = n
+        return last, (self.last_batch_size - 1 if self.last_batch_size > 1 else -1)
+
+    def earliest_position(self) -> Position:
+        """The first stored entry (or where the next one will be, for an empty topic)."""
+        return self.ml.first_position
+
+    def latest_position(self) -> Position:
+        """Just after the last stored entry: a cursor reset here sees only new messages."""
+        return self.ml.next_position
+
+    async def position_for_publish_time(self, publish_time_ms: int) -> Position:
+        """The first entry published at or after ``publish_time_ms`` (Pulsar's seek by time)."""
+
+        def before(entry) -> bool:
+            md, _, _ = parse_headers_and_payload(entry.data)
+            return md.publish_time < publish_time_ms
+
+        cursor = self.ml.new_non_durable_cursor(start=None, inclusive=True)
+        try:
+            newest_before = await self._guard(cursor.find_newest_matching(before))
+        finally:
+            await cursor.close()
+        if newest_before is None:
+            return self.earliest_position()
+        return self.ml.position_after(newest_before)
+
+    def record_out(self, entries) -> None:
+        for e in entries:
+            self.msg_out += e.num_messages
+            self.bytes_out += len(e.data)
+
+    def stats(self) -> dict:
+        return {
+            "msgInCounter": self.msg_in,
+            "bytesInCounter": self.bytes_in,
+            "msgOutCounter": self.msg_out,
+            "bytesOutCounter": self.bytes_out,
+            "storageSize": self.ml.total_size,
+            "msgBacklog": sum(s.backlog for s in self.subscriptions.values()),
+            "publishers": [
+                {"producerName": p.name, "producerId": p.producer_id, "msgInCounter": p.msg_in,
+                 "accessMode": p.access_mode.name, "address": getattr(p.connection, "remote_address", "")}
+                for p in self.producers
+            ],
+            "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
+            "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
+            "topicEpoch": self.topic_epoch,
+        }
+
+    def internal_stats(self) -> dict:
+        last = self.ml.last_confirmed_entry
+        return {
+            "entriesAddedCounter": self.ml.stats.get("entries_added", 0) if isinstance(self.ml.stats, dict) else getattr(self.ml.stats, "entries_added", 0),
+            "numberOfEntries": self.ml.number_of_entries,
+            "totalSize": self.ml.total_size,
+            "lastConfirmedEntry": f"{last.ledger_id}:{last.entry_id}",
+            "ledgers": [
+                {"ledgerId": l["ledger_id"], "entries": l["entries"], "size": l["size"], "timestamp": l.get("timestamp", 0)}
+                for l in self.ml.ledgers_info()
+            ],
+            "cursors": {
+                name: {
+                    "markDeletePosition": "%d:%d" % tuple(c.mark_delete_position),
+                    "readPosition": "%d:%d" % tuple(c.read_position),
+                    "individuallyDeletedMessages": str(c.individually_deleted_ranges),
+                    "messagesConsumedCounter": 0,
+                    "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
+                }
+                for name, c in self.ml.cursors.items()
+            },
+        }
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise TopicFencedError(f"topic {self.name} is being unloaded; look it up again")
+
+    async def close(self, notify: bool = True) -> None:
+        """Disconnect producers and consumers (they reconnect through lookup) and close the managed ledger."""
+        if self.closed:
+            return
+        self.closed = True
+        for producer in list(self.producers):
+            if notify:
+                producer.connection.close_producer(producer.producer_id)
+        self.producers.clear()
+        for _, fut in self._waiting_exclusive:
+            if not fut.done():
+                fut.set_exception(TopicFencedError(f"topic {self.name} closed"))
+        for sub in list(self.subscriptions.values()):
+            await sub.close(notify)
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+        try:
+            await self.ml.close()
+        except (StorageError, BrokerError) as exc:
+            log.warning("closing managed ledger of %s: %s", self.name, exc)
+
+    async def delete(self) -> None:
+        if self.producers or any(s.consumers for s in self.subscriptions.values()):
+            raise NotAllowedError(f"topic {self.name} has connected producers or consumers")
+        await self.close(notify=False)
+        await self._guard(self.ml.delete())

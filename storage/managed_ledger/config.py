@@ -1,0 +1,52 @@
+"""Managed-ledger configuration: one frozen dataclass, units in the names.
+
+Defaults are Pulsar's (managedLedgerMaxEntriesPerLedger=50000,
+managedLedgerMaxSizePerLedgerMbytes=2048, min/max ledger rollover 10 min /
+4 h, retention 0/0 = delete what every cursor has consumed; -1 = keep forever).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.errors import ManagedLedgerConfigError
+
+
+@dataclass(frozen=True)
+class ManagedLedgerConfig:
+    ensemble_size: int = 2
+    write_quorum_size: int = 2
+    ack_quorum_size: int = 2
+    max_entries_per_ledger: int = 50_000
+    max_size_per_ledger_mb: int = 2048
+    min_ledger_rollover_time_s: float = 600
+    max_ledger_rollover_time_s: float = 14_400
+    retention_time_s: float = 0
+    retention_size_mb: float = 0
+    cursor_max_entries_per_ledger: int = 50_000
+    max_unacked_ranges_to_persist: int = 10_000
+    cache_size_mb: float = 64
+    password: bytes = b""
+
+    def validate(self) -> "ManagedLedgerConfig":
+        """Returns self; raises ManagedLedgerConfigError naming the field."""
+        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
+            raise ManagedLedgerConfigError(
+                f"need ensemble >= write quorum >= ack quorum >= 1, got "
+                f"{self.ensemble_size}/{self.write_quorum_size}/{self.ack_quorum_size}")
+        for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger",
+                     "max_unacked_ranges_to_persist"):
+            if getattr(self, name) < 1:
+                raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.min_ledger_rollover_time_s <= self.max_ledger_rollover_time_s:
+            raise ManagedLedgerConfigError("need 0 <= min_ledger_rollover_time_s <= max_ledger_rollover_time_s")
+        for name in ("retention_time_s", "retention_size_mb"):
+            if getattr(self, name) < -1:
+                raise ManagedLedgerConfigError(f"{name} must be >= 0, or -1 for unlimited")
+        if self.cache_size_mb < 0:
+            raise ManagedLedgerConfigError("cache_size_mb must be >= 0")
+        return self
+
+    @property
+    def max_size_per_ledger_bytes(self) -> int:
+        return int(self.max_size_per_ledger_mb * 1024 * 1024)

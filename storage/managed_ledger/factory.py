@@ -1,0 +1,95 @@
+"""ManagedLedgerFactory: opens managed ledgers by name and is the context (store, ledger client, clock, hooks).
+
+One factory per process serves every topic: ``open`` shares a managed
+ledger between concurrent callers and never opens the same name twice.
+``hooks`` is the seam for scripted faults in tests (e.g. stopping between
+"removed from the list" and "deleted from the bookies").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from storage.errors import MetadataError, NoNodeError
+from storage.managed_ledger.config import ManagedLedgerConfig
+from storage.managed_ledger.ledger import ManagedLedger
+from storage.managed_ledger.metadata import ROOT, ledger_path
+
+
+class Hooks:
+    """Points where a test can inject a fault; the defaults do nothing."""
+
+    async def before_delete_ledger(self, ml, ledger_id: int) -> None:
+        return None
+
+
+class ManagedLedgerFactory:
+    def __init__(self, store, client, *, clock=time.time, hooks: Hooks | None = None):
+        self.store = store
+        self.client = client
+        self.clock = clock
+        self.hooks = hooks or Hooks()
+        self._ledgers: dict[str, ManagedLedger] = {}
+        self._opening: dict[str, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        """Open (creating if needed) the managed ledger ``name``; fences its previous owner."""
+        ml = self._ledgers.get(name)
+        if ml is not None:
+            return ml
+        pending = self._opening.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._opening[name] = fut
+        try:
+            ml = await ManagedLedger(self, name, (config or ManagedLedgerConfig()).validate()).open()
+            self._ledgers[name] = ml
+            fut.set_result(ml)
+            return ml
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._opening.pop(name, None)
+
+    def get(self, name: str) -> ManagedLedger | None:
+        return self._ledgers.get(name)
+
+    async def exists(self, name: str) -> bool:
+        return await self.store.exists(ledger_path(name)) is not None
+
+    async def list(self, prefix: str) -> list[str]:
+        """Names of managed ledgers directly under ``prefix`` (e.g. ``tenant/ns/persistent``)."""
+        try:
+            return [f"{prefix}/{child}" for child in await self.store.children(f"{ROOT}/{prefix}")]
+        except NoNodeError:
+            return []
+
+    def forget(self, ml: ManagedLedger) -> None:
+        if self._ledgers.get(ml.name) is ml:
+            del self._ledgers[ml.name]
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(self._quietly(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _quietly(coro) -> None:
+        try:
+            await coro
+        except (MetadataError, Exception):  # background trims: the next one tries again
+            import logging
+
+            logging.getLogger(__name__).warning("background managed-ledger task failed", exc_info=True)
+
+    async def close(self) -> None:
+        for ml in list(self._ledgers.values()):
+            await ml.close()
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,131 @@
+"""Bad input over a raw socket gets an error or a closed connection, and other clients keep working."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pulsar
+import pytest
+
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import FrameDecoder, command, encode_command, encode_payload_command
+from tests.official_client.support import receive_n
+
+T = pb.BaseCommand
+
+
+class RawConnection:
+    """A hand-driven Pulsar connection: send frames, read decoded replies with a deadline."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.decoder = FrameDecoder()
+        self.frames = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self) -> None:
+        self.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="raw-test", protocol_version=20))))
+        assert self.next().type == T.CONNECTED
+
+    def next(self):
+        while not self.frames:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionResetError("broker closed the connection")
+            self.frames.extend(self.decoder.feed(data))
+        return self.frames.pop(0).command
+
+    def closed_by_peer(self) -> bool:
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(standalone):
+    conns = []
+
+    def make():
+        c = RawConnection(standalone.port)
+        conns.append(c)
+        return c
+
+    yield make
+    for c in conns:
+        c.close()
+
+
+def _healthy(client, topic):
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"still fine")
+    assert receive_n(consumer, 1)[0].data() == b"still fine"
+
+
+def test_garbage_bytes_close_only_that_connection(raw, client, topic):
+    bad = raw()
+    bad.send(b"\x00\x00\x00\x08garbage!")  # a frame whose command is not a BaseCommand
+    assert bad.closed_by_peer()
+    _healthy(client, topic)
+
+
+def test_frame_larger_than_the_limit_closes_the_connection(raw, client, topic):
+    bad = raw()
+    bad.connect()
+    bad.send(struct.pack(">I", 64 * 1024 * 1024) + b"\x00" * 16)
+    assert bad.closed_by_peer()
+    _healthy(client, topic)
+
+
+def test_command_before_connect_closes_the_connection(raw):
+    bad = raw()
+    bad.send(encode_command(command(T.PING, ping=pb.CommandPing())))
+    assert bad.closed_by_peer()
+
+
+def test_send_for_an_unknown_producer_gets_send_error(raw, client, topic):
+    conn = raw()
+    conn.connect()
+    metadata = pb.MessageMetadata(producer_name="nobody", sequence_id=7, publish_time=1)
+    conn.send(encode_payload_command(command(T.SEND, send=pb.CommandSend(producer_id=99, sequence_id=7)), metadata, b"x"))
+    reply = conn.next()
+    assert reply.type == T.SEND_ERROR
+    assert reply.send_error.sequence_id == 7 and "no producer" in reply.send_error.message
+    conn.send(encode_command(command(T.PING, ping=pb.CommandPing())))
+    assert conn.next().type == T.PONG  # the connection is still usable
+    _healthy(client, topic)
+
+
+def test_invalid_topic_name_gets_a_specific_error(raw):
+    conn = raw()
+    conn.connect()
+    conn.send(encode_command(command(T.PRODUCER, producer=pb.CommandProducer(
+        topic="persistent://public/default/a/b", producer_id=1, request_id=5))))
+    reply = conn.next()
+    assert reply.type == T.ERROR and reply.error.request_id == 5
+    assert reply.error.error == pb.InvalidTopicName and "invalid topic" in reply.error.message
+
+
+def test_bad_checksum_gets_checksum_error(raw, topic):
+    conn = raw()
+    conn.connect()
+    conn.send(encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1))))
+    assert conn.next().type == T.PRODUCER_SUCCESS
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    frame = bytearray(encode_payload_command(command(T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=0)), metadata, b"payload"))
+    frame[-1] ^= 0xFF  # flip the last payload byte: the CRC32C no longer matches
+    conn.send(bytes(frame))
+    reply = conn.next()
+    assert reply.type == T.SEND_ERROR and reply.send_error.error == pb.ChecksumError

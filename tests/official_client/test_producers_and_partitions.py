@@ -1,0 +1,85 @@
+"""Producer access modes, partitioned topics, and the broker's answers to bad requests."""
+
+from __future__ import annotations
+
+import collections
+import json
+import urllib.request
+
+import pulsar
+import pytest
+
+from tests.official_client.support import receive_n
+
+
+def test_exclusive_producer_refuses_a_second(client, topic):
+    client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises((pulsar.ProducerFenced, pulsar.ProducerBusy)):
+        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+
+
+def test_shared_producer_refused_while_an_exclusive_one_holds_the_topic(client, topic):
+    client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+
+
+def test_exclusive_with_fencing_takes_over(client, topic):
+    consumer = client.subscribe(topic, "s")
+    old = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive, send_timeout_millis=3000)
+    old.send(b"from old")
+    new = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    new.send(b"from new")
+    with pytest.raises(pulsar.PulsarException):
+        old.send(b"must not arrive")
+    assert [m.data() for m in receive_n(consumer, 2)] == [b"from old", b"from new"]
+
+
+def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client, topic):
+    holder = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    import threading
+
+    result = {}
+
+    def create():
+        result["producer"] = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+
+    t = threading.Thread(target=create)
+    t.start()
+    t.join(1.0)
+    assert t.is_alive(), "WaitForExclusive must wait while the exclusive holder is connected"
+    holder.close()
+    t.join(15)
+    assert not t.is_alive()
+    result["producer"].send(b"mine now")
+
+
+def test_partitioned_topic_spreads_and_consumes_all(client, standalone, topic):
+    name = topic.split("/")[-1]
+    req = urllib.request.Request(f"{standalone.web_url}/admin/v2/persistent/public/default/{name}/partitions",
+                                 data=b"3", method="PUT", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+    assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
+    consumer = client.subscribe(topic, "p", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+                                      batching_enabled=False)
+    for i in range(30):
+        producer.send(f"{i}".encode())
+    got = receive_n(consumer, 30)
+    assert sorted(int(m.data()) for m in got) == list(range(30))
+    by_partition = collections.Counter(m.topic_name() for m in got)
+    assert len(by_partition) == 3
+    stats = json.loads(urllib.request.urlopen(
+        f"{standalone.web_url}/admin/v2/persistent/public/default/{name}/partitions", timeout=10).read())
+    assert stats["partitions"] == 3
+
+
+def test_invalid_topic_name_is_refused_and_the_client_keeps_working(client, topic):
+    with pytest.raises(pulsar.PulsarException):
+        client.create_producer("persistent://public/default/bad/extra/segments")
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe("persistent://no-such-tenant/ns/topic", "s")
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "after-bad", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"ok")
+    assert receive_n(consumer, 1)[0].data() == b"ok"
