@@ -207,7 +207,7 @@ class ManagedLedger:
             self._queued.extendleft(reversed(self._retry))
             self._retry.clear()
             await self._create_ledger()
-            while self._queued and self._current is not None:
+            while self._queued and self._current is not None and not self._full_when_pushed():
                 self._push(self._queued.popleft())
         except ManagedLedgerFencedError as exc:
             self.fence(exc)
@@ -219,8 +219,8 @@ class ManagedLedger:
                     op.future.set_exception(exc)
         finally:
             self._rolling = None
-        if self._queued and self._current is None and self._state == "open":
-            self._start_rollover()
+        if self._queued and self._state == "open":
+            self._start_rollover()  # the new ledger filled up (or could not be made): the rest go to the next
 
     async def _close_written_ledger(self, handle) -> None:
         info = self.info.ledgers[-1]
@@ -246,13 +246,22 @@ class ManagedLedger:
         """
         self.check_open()
         op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
-        if self._current is not None and self._rolling is None and not self._queued:
+        if self._current is not None and self._rolling is None and not self._queued and not self._full_when_pushed():
             self._push(op)
         else:
             self._queued.append(op)
             if self._rolling is None:
                 self._start_rollover()
         return await op.future
+
+    def _full_when_pushed(self) -> bool:
+        """Counting adds in flight, would the current ledger be over its entry or size quota?"""
+        info = self.info.ledgers[-1]
+        if self.clock() - info.timestamp < self.config.min_ledger_rollover_time_s:
+            return False
+        pushed_bytes = info.size + sum(len(op.data) for op in self._inflight) if self._inflight else info.size
+        return (info.entries + len(self._inflight) >= self.config.max_entries_per_ledger
+                or pushed_bytes >= self.config.max_size_per_ledger_bytes)
 
     def _push(self, op: _OpAdd) -> None:
         handle = self._current

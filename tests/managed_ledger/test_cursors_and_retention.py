@@ -1,0 +1,150 @@
+"""Durable cursors restored exactly, backlog, reset, and retention with crash-safe deletion."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.errors import NoSuchLedgerError
+from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from storage.managed_ledger.factory import Hooks
+
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, cursor_max_entries_per_ledger=3)
+
+
+async def _open(cluster, name, config=SMALL, **kw):
+    client = await cluster.client()
+    factory = ManagedLedgerFactory(cluster.store, client, **kw)
+    return factory, await factory.open(name, config)
+
+
+async def test_cursor_state_is_restored_exactly_after_a_crash(cluster):
+    await cluster.start_bookies(3)
+    _, ml = await _open(cluster, "t/ns/persistent/cursor")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(12)]
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[2], properties={"seq": 42})
+    await cursor.delete([positions[5], positions[6], positions[9]])
+    await cursor.delete_batch_indexes(positions[7], {0, 2}, batch_size=4)
+    await cursor.delete([positions[4]])  # more writes than one cursor ledger holds (3): it rolls over
+    # a new owner, with no close of the old one (a crash)
+    _, ml2 = await _open(cluster, "t/ns/persistent/cursor")
+    restored = ml2.cursors["sub"]
+    assert restored.mark_delete_position == positions[2]
+    assert restored.properties == {"seq": 42}
+    assert {p for p in positions if restored.is_deleted(p)} == set(positions[:3]) | {positions[4], positions[5], positions[6], positions[9]}
+    assert restored.batch_deleted_indexes(positions[7]) == frozenset({0, 2})
+    assert restored.backlog == 12 - 7
+    assert [e.position for e in await restored.read_entries(3)] == [positions[3], positions[7], positions[8]]
+
+
+async def test_contiguous_individual_acks_collapse_into_mark_delete(cluster):
+    await cluster.start_bookies(3)
+    _, ml = await _open(cluster, "t/ns/persistent/collapse")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(9)]  # crosses ledger boundaries
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.delete(positions[1:6])
+    assert cursor.mark_delete_position < positions[0]
+    await cursor.delete([positions[0]])
+    assert cursor.mark_delete_position == positions[5]
+    assert cursor.individually_deleted_ranges == []
+    assert cursor.backlog == 3
+
+
+async def test_reset_rewinds_and_forgets_acks(cluster):
+    await cluster.start_bookies(3)
+    _, ml = await _open(cluster, "t/ns/persistent/reset")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(6)]
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[4])
+    await cursor.reset(positions[1])
+    assert cursor.backlog == 5
+    assert [e.data for e in await cursor.read_entries(10)] == [b"1", b"2", b"3", b"4", b"5"]
+
+
+async def test_find_newest_matching_by_binary_search(cluster):
+    await cluster.start_bookies(3)
+    _, ml = await _open(cluster, "t/ns/persistent/find")
+    positions = [await ml.add_entry(b"%03d" % i) for i in range(30)]
+    reader = ml.new_non_durable_cursor()
+    assert await reader.find_newest_matching(lambda e: int(e.data) < 17) == positions[16]
+    assert await reader.find_newest_matching(lambda e: False) is None
+
+
+async def test_consumed_ledgers_are_trimmed_and_deleted_from_the_bookies(cluster):
+    await cluster.start_bookies(3)
+    factory, ml = await _open(cluster, "t/ns/persistent/trim")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
+    first_ledger = positions[0].ledger_id
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[8])
+    await ml.trim()
+    assert first_ledger not in [i["ledger_id"] for i in ml.ledgers_info()]
+    with pytest.raises(NoSuchLedgerError):
+        await factory.client.open_ledger(first_ledger, recovery=False)
+    assert [e.data for e in await cursor.read_entries(5)] == [b"9"]
+
+
+async def test_retention_by_size_keeps_consumed_ledgers(cluster):
+    await cluster.start_bookies(3)
+    keep = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, retention_size_mb=1, retention_time_s=-1)
+    _, ml = await _open(cluster, "t/ns/persistent/retain", keep)
+    positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[9])
+    await ml.trim()
+    assert positions[0].ledger_id in [i["ledger_id"] for i in ml.ledgers_info()]  # 1 MB of retention holds them
+
+
+async def test_retention_by_time_uses_the_injected_clock(cluster):
+    await cluster.start_bookies(3)
+    now = [1000.0]
+    keep = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, retention_time_s=60,
+                               retention_size_mb=-1)
+    _, ml = await _open(cluster, "t/ns/persistent/retain-time", keep, clock=lambda: now[0])
+    positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[9])
+    await ml.trim()
+    assert positions[0].ledger_id in [i["ledger_id"] for i in ml.ledgers_info()]
+    now[0] += 61
+    await ml.trim()
+    assert positions[0].ledger_id not in [i["ledger_id"] for i in ml.ledgers_info()]
+
+
+class CrashBeforeDelete(Hooks):
+    def __init__(self):
+        self.armed = True
+
+    async def before_delete_ledger(self, ml, ledger_id):
+        if self.armed:
+            raise RuntimeError("crash between the two deletion steps")
+
+
+async def test_a_crash_between_list_update_and_deletion_is_finished_on_open(cluster):
+    await cluster.start_bookies(3)
+    hooks = CrashBeforeDelete()
+    factory, ml = await _open(cluster, "t/ns/persistent/crash", hooks=hooks)
+    positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
+    doomed = positions[0].ledger_id
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await cursor.mark_delete(positions[9])
+    with pytest.raises(RuntimeError):
+        await ml.trim()
+    assert doomed in ml.info.pending_deletion
+    await factory.client.open_ledger(doomed, recovery=False)  # still there: the crash left it behind
+    factory2, ml2 = await _open(cluster, "t/ns/persistent/crash")
+    assert ml2.info.pending_deletion == []
+    with pytest.raises(NoSuchLedgerError):
+        await factory2.client.open_ledger(doomed, recovery=False)
+
+
+async def test_non_durable_cursor_does_not_hold_data(cluster):
+    await cluster.start_bookies(3)
+    _, ml = await _open(cluster, "t/ns/persistent/nondurable")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
+    reader = ml.new_non_durable_cursor(start=None)
+    await ml.trim()  # no durable cursor: everything but the current ledger may go
+    assert ml.first_position > positions[0]
+    entries = await reader.read_entries(100)
+    assert entries and entries[0].position == ml.first_position
+    assert Position(*entries[-1].position) == positions[-1]
