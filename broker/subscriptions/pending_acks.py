@@ -59,6 +59,10 @@ class PendingAcks:
         self.unacked_messages = 0
         return out
 
+    def batch_size(self, position) -> int | None:
+        entry = self._entries.get(tuple(position))
+        return None if entry is None else entry[0]
+
     def key_hash(self, position) -> int | None:
         entry = self._entries.get(tuple(position))
         return None if entry is None else entry[1]

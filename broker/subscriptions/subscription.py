@@ -127,7 +127,11 @@ class Subscription:
     async def _ack_individual(self, consumer: Consumer, ids) -> None:
         whole = []
         for position, ack_set, batch_size in ids:
-            if ack_set is not None and batch_size > 0:
+            if ack_set is not None:
+                # The official C++ client sends the bitset without the batch size: we know it from what we sent.
+                batch_size = batch_size or consumer.pending.batch_size(position) or 0
+                if batch_size <= 0:
+                    continue  # we cannot tell which messages were meant: keep the entry (at-least-once)
                 remaining = longs_to_bitset(ack_set, batch_size)
                 if remaining:
                     acked = set(range(batch_size)) - remaining
@@ -143,6 +147,8 @@ class Subscription:
                 self._forget(consumer, position)
 
     async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
+        if ack_set is not None:
+            batch_size = batch_size or consumer.pending.batch_size(position) or 0
         if ack_set is not None and batch_size > 0 and longs_to_bitset(ack_set, batch_size):
             # Part of this batch is acked: ack those indexes, and everything before the entry in full.
             remaining = longs_to_bitset(ack_set, batch_size)
