@@ -186,8 +186,9 @@ class Subscription:
             await self.cursor.reset(position)
         except StorageError as exc:
             raise PersistenceError(f"reset of {self.name} failed: {exc}") from exc
-        self.dispatcher.redelivery.clear()
-        await self.dispatcher.restart()
+        if self.dispatcher is not None:
+            self.dispatcher.redelivery.clear()
+            await self.dispatcher.restart()
 
     async def read_positions(self, positions: list) -> list:
         return await self.topic.ml.read_entries_at(positions)

@@ -1,0 +1,109 @@
+"""The HTTP side on 8080: admin REST in Pulsar's shapes, lookup, health and metrics, with their error codes."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pulsar
+import pytest
+
+from tests.official_client.support import payloads, receive_n
+
+
+def call(broker, method, path, body=None, raw: bytes | None = None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(f"{broker.web_url}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            text = resp.read()
+            return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json" else text)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def test_tenants_and_namespaces(standalone):
+    assert call(standalone, "PUT", "/admin/v2/tenants/acme", {"adminRoles": [], "allowedClusters": ["standalone"]})[0] == 204
+    assert "acme" in call(standalone, "GET", "/admin/v2/tenants")[1]
+    assert call(standalone, "PUT", "/admin/v2/tenants/acme", {})[0] == 409
+    assert call(standalone, "PUT", "/admin/v2/namespaces/acme/orders")[0] == 204
+    assert call(standalone, "GET", "/admin/v2/namespaces/acme")[1] == ["acme/orders"]
+    assert call(standalone, "POST", "/admin/v2/namespaces/acme/orders/retention",
+                {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100})[0] == 204
+    assert call(standalone, "GET", "/admin/v2/namespaces/acme/orders/retention")[1] == \
+        {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+    assert call(standalone, "POST", "/admin/v2/namespaces/acme/orders/maxProducersPerTopic", 1)[0] == 204
+    assert call(standalone, "GET", "/admin/v2/namespaces/acme/orders/maxProducersPerTopic")[1] == 1
+    status, body = call(standalone, "DELETE", "/admin/v2/tenants/acme")
+    assert status == 405 and "still has namespaces" in body["reason"]
+    assert call(standalone, "DELETE", "/admin/v2/namespaces/acme/orders")[0] == 204
+    assert call(standalone, "DELETE", "/admin/v2/tenants/acme")[0] == 204
+    assert call(standalone, "GET", "/admin/v2/tenants/acme")[0] == 404
+
+
+def test_namespace_limit_is_enforced_for_producers(standalone):
+    call(standalone, "PUT", "/admin/v2/namespaces/public/limited")
+    call(standalone, "POST", "/admin/v2/namespaces/public/limited/maxProducersPerTopic", 1)
+    client = pulsar.Client(standalone.service_url)
+    try:
+        client.create_producer("persistent://public/limited/t")
+        with pytest.raises(pulsar.ProducerBusy):
+            client.create_producer("persistent://public/limited/t")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("method, path, body, raw, status, reason", [
+    ("PUT", "/admin/v2/persistent/public/default/bad%01name", None, None, 412, "control characters"),
+    ("GET", "/admin/v2/persistent/public/default/no-such-topic/stats", None, None, 404, "does not exist"),
+    ("GET", "/admin/v2/namespaces/no-such-tenant/x", None, None, 404, "does not exist"),
+    ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b"{not json", 400, "not valid JSON"),
+    ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b'"three"', 400, "number of partitions"),
+    ("PUT", "/admin/v2/persistent/public/default/p0/partitions", 0, None, 405, "at least 1 partition"),
+    ("POST", "/admin/v2/namespaces/public/default/deduplication", "yes", None, 400, "bool"),
+])
+def test_bad_requests_get_specific_errors(standalone, method, path, body, raw, status, reason):
+    got_status, got = call(standalone, method, path, body, raw)
+    assert got_status == status and reason in got["reason"]
+
+
+def test_topics_stats_subscriptions_and_lookup(standalone, client, topic):
+    name = topic.split("://", 1)[1]
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{name}")[0] == 204
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{name}")[0] == 409
+    assert topic in call(standalone, "GET", "/admin/v2/persistent/public/default")[1]
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{name}/subscription/audit")[0] == 204
+    producer = client.create_producer(topic)
+    ids = [producer.send(f"{i}".encode()) for i in range(5)]
+    stats = call(standalone, "GET", f"/admin/v2/persistent/{name}/stats")[1]
+    assert stats["msgInCounter"] == 5 and stats["subscriptions"]["audit"]["msgBacklog"] == 5
+    internal = call(standalone, "GET", f"/admin/v2/persistent/{name}/internalStats")[1]
+    assert internal["numberOfEntries"] == 5 and "audit" in internal["cursors"] and internal["ledgers"]
+    status, _ = call(standalone, "POST", f"/admin/v2/persistent/{name}/subscription/audit/resetcursor",
+                     {"ledgerId": ids[3].ledger_id(), "entryId": ids[3].entry_id()})
+    assert status == 204
+    assert call(standalone, "GET", f"/admin/v2/persistent/{name}/stats")[1]["subscriptions"]["audit"]["msgBacklog"] == 2
+    consumer = client.subscribe(topic, "audit")
+    assert payloads(receive_n(consumer, 2)) == [b"3", b"4"]
+    consumer.close()
+    assert call(standalone, "DELETE", f"/admin/v2/persistent/{name}/subscription/audit")[0] == 204
+    assert "audit" not in call(standalone, "GET", f"/admin/v2/persistent/{name}/subscriptions")[1]
+    lookup = call(standalone, "GET", f"/lookup/v2/topic/persistent/{name}")[1]
+    assert lookup["brokerUrl"] == standalone.service_url
+    assert call(standalone, "DELETE", f"/admin/v2/persistent/{name}")[0] == 405  # a producer is connected
+
+
+def test_metrics_and_health(standalone, client, topic):
+    producer = client.create_producer(topic)
+    client.subscribe(topic, "m")
+    producer.send(b"x")
+    status, text = call(standalone, "GET", "/metrics")
+    text = text.decode()
+    assert status == 200
+    for family in ("pulsar_rate_in", "pulsar_storage_size", "pulsar_msg_backlog", "pulsar_subscription_back_log",
+                   "pulsar_in_messages_total", "pulsar_active_connections", "pulsar_producers_count"):
+        assert family in text, family
+    assert f'topic="{topic}"' in text
+    assert call(standalone, "GET", "/health")[0] == 200
