@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.config import load_layered
-from storage.managed_ledger import ManagedLedgerConfig
+from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -114,7 +114,10 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
-        self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
+        try:
+            self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
+        except ManagedLedgerConfigError as exc:
+            raise ValueError(str(exc)) from exc
         return self
 
 

@@ -106,8 +106,8 @@ class BrokerService:
 
     # ---- topics --------------------------------------------------------------
 
-    async def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
-        """The loaded topic, loading it (and creating it when allowed) on first use."""
+    async def get_topic(self, name: TopicName, *, create: bool, admin: bool = False) -> PersistentTopic:
+        """The loaded topic, loading it on first use; ``create`` allows auto-creation (``admin`` creates regardless)."""
         key = str(name)
         topic = self.topics.get(key)
         if topic is not None and not topic.closed:
@@ -117,7 +117,7 @@ class BrokerService:
             loading = asyncio.get_running_loop().create_future()
             self._loading[key] = loading
             try:
-                topic = await self._load(name, create)
+                topic = await self._load(name, create, admin)
                 self.topics[key] = topic
                 loading.set_result(topic)
             except BaseException as exc:
@@ -129,14 +129,14 @@ class BrokerService:
             return topic
         return await asyncio.shield(loading)
 
-    async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+    async def _load(self, name: TopicName, create: bool, admin: bool) -> PersistentTopic:
         await self._check_namespace(name)
         if await self.resources.partition_count(name) > 0:
             raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
         exists = await self.factory.exists(name.managed_ledger_name)
         if not exists:
             partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0
-            if not partitioned_parent and not (create and self.config.allow_auto_topic_creation):
+            if not partitioned_parent and not admin and not (create and self.config.allow_auto_topic_creation):
                 raise TopicNotFoundError(f"topic {name} does not exist")
         policies = await self.resources.get_policies(name.namespace_name)
         ml_config = self.config.managed_ledger_config(*_retention(policies))
@@ -154,7 +154,7 @@ class BrokerService:
         """Admin: create a non-partitioned topic (its managed ledger)."""
         if await self.factory.exists(name.managed_ledger_name) or await self.resources.partition_count(name):
             raise ConflictError(f"topic {name} already exists")
-        await self.get_topic(name, create=True)
+        await self.get_topic(name, create=True, admin=True)
 
     async def delete_topic(self, name: TopicName) -> None:
         topic = await self.get_topic(name, create=False)
