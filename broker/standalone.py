@@ -27,6 +27,9 @@ def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int
         BookieConfig(
             metadata_store_url=metadata_url, data_dir=data_dir / f"bookie-{zone}", host=host, port=first_port + i,
             http_port=0, bookie_id=f"standalone-bookie-{zone}", network_location=f"/zone-{zone}/ud{i}",
+            # One process, one disk: sync as soon as the journal queue is empty instead of waiting up to
+            # journal_max_group_wait_ms; groups still form while an fsync is in progress.
+            journal_flush_when_queue_empty=True,
         ).validate()
         for i, zone in enumerate(ZONES)
     ]

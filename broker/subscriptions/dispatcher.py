@@ -69,20 +69,17 @@ class Dispatcher(abc.ABC):
 
     async def restart(self) -> None:
         """Cancel any in-flight read and begin again (after a rewind, seek or consumer change)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._stop_loop()
         self.start()
         self.wake()
 
     async def close(self) -> None:
         self._closed = True
+        await self._stop_loop()
+
+    async def _stop_loop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and task is not asyncio.current_task():
             task.cancel()
             try:
                 await task

@@ -1,6 +1,7 @@
 """Entry point: ``python -m loadtest.bench SUITE [--quick] [--out results/bench-SUITE.json]``.
 
-Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in one run) or one of
+Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in one run, standalone),
+``broker-cluster`` (the same against ZooKeeper + 3 bookie processes + `broker start`), or one of
 ``produce``, ``latency``, ``e2e``, ``catchup``, ``topics`` (the official client against `broker standalone`).
 """
 
@@ -14,6 +15,7 @@ from loadtest.bench.report import write_json
 
 SUITES = {"ledger": ("loadtest.bench.ledger", None), "broker": ("loadtest.bench.broker", None)}
 SUITES.update({name: ("loadtest.bench.broker", (name,)) for name in ("produce", "latency", "e2e", "catchup", "topics")})
+SUITES["broker-cluster"] = ("loadtest.bench.broker", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
+    if args.suite == "broker-cluster":
+        kwargs["cluster"] = True
     results = importlib.import_module(module).run(quick=args.quick, **kwargs)
     path = write_json(args.out or f"results/bench-{args.suite}.json", args.suite, results)
     print(f"\nJSON written to {path}")

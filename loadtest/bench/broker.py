@@ -24,12 +24,27 @@ MESSAGE_BYTES = 100
 CALLBACK_EVERY = 100
 
 
-def _broker(root: Path):
-    from tests.harness.processes import BrokerProcess
+class _Deployment:
+    """`broker standalone`, or (cluster=True) ZooKeeper + 3 bookie processes in 3 zones + `broker start`."""
 
-    broker = BrokerProcess(root / "standalone" / "data")
-    broker.start(timeout_s=90)
-    return broker
+    def __init__(self, root: Path, cluster: bool):
+        from tests.harness.processes import BookieCluster, BrokerProcess
+        from tests.harness.zookeeper import ZooKeeperServer
+
+        self.zk = self.bookies = None
+        if cluster:
+            self.zk = ZooKeeperServer(root / "zk").__enter__()
+            self.bookies = BookieCluster(self.zk.url("/bench"), root / "bookies").start()
+            self.broker = BrokerProcess(root / "broker", metadata_url=self.bookies.metadata_url)
+        else:
+            self.broker = BrokerProcess(root / "standalone" / "data")
+        self.broker.start(timeout_s=90)
+
+    def stop(self) -> None:
+        self.broker.stop()
+        if self.bookies is not None:
+            self.bookies.stop()
+            self.zk.__exit__(None, None, None)
 
 
 def _client(url: str):
@@ -160,10 +175,12 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run(quick: bool = False, only: tuple[str, ...] = ("produce", "latency", "e2e", "catchup", "topics")) -> dict:
+def run(quick: bool = False, only: tuple[str, ...] = ("produce", "latency", "e2e", "catchup", "topics"),
+        cluster: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-broker-"))
     results: dict = {"disk_512b": fsync_bandwidth(root, 512, 1.0 if quick else 3.0)}
-    broker = _broker(root)
+    deployment = _Deployment(root, cluster)
+    broker = deployment.broker
     try:
         if "produce" in only:
             results["produce"] = produce(broker.service_url, 20_000 if quick else 500_000)
@@ -176,8 +193,9 @@ def run(quick: bool = False, only: tuple[str, ...] = ("produce", "latency", "e2e
         if "topics" in only:
             results["topics"] = idle_topics(broker, 50 if quick else 10_000)
     finally:
-        broker.stop()
+        deployment.stop()
     results["config"] = {"ensemble": 2, "write_quorum": 2, "ack_quorum": 2, "bookies": 3, "fsync": True,
+                         "deployment": "3 bookie processes + broker start (ZooKeeper)" if cluster else "broker standalone",
                          "message_bytes": MESSAGE_BYTES, "client": "pulsar-client (official)", "quick": quick}
     _print(results)
     return results
@@ -204,5 +222,5 @@ def _print(r: dict) -> None:
         t = r["topics"]
         rows.append({"measure": f"{t['topics']:,} idle topics", "value": t["rss_after_mb"], "unit": "MB RSS",
                      "reference": f"target < 1024 MB; {t['mb_per_1000_topics']:.1f} MB per 1,000 topics"})
-    print_table("broker standalone, official pulsar-client, E2/Qw2/Qa2, fsync on", rows,
+    print_table(f"{r['config']['deployment']}, official pulsar-client, E2/Qw2/Qa2, fsync on", rows,
                 ["measure", "value", "unit", "p50_ms", "p99_ms", "reference"])

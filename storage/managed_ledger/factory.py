@@ -9,12 +9,15 @@ ledger between concurrent callers and never opens the same name twice.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
-from storage.errors import MetadataError, NoNodeError
+from storage.errors import NoNodeError, StorageError
 from storage.managed_ledger.config import ManagedLedgerConfig
 from storage.managed_ledger.ledger import ManagedLedger
 from storage.managed_ledger.metadata import ROOT, ledger_path
+
+log = logging.getLogger(__name__)
 
 
 class Hooks:
@@ -83,10 +86,8 @@ class ManagedLedgerFactory:
     async def _quietly(coro) -> None:
         try:
             await coro
-        except (MetadataError, Exception):  # background trims: the next one tries again
-            import logging
-
-            logging.getLogger(__name__).warning("background managed-ledger task failed", exc_info=True)
+        except StorageError as exc:  # background trims: the next one tries again
+            log.warning("background managed-ledger task failed: %s", exc)
 
     async def close(self) -> None:
         for ml in list(self._ledgers.values()):

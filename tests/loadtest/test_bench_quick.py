@@ -26,3 +26,19 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
     assert r["disk_64k"]["mb_per_s"] > 0 and r["physical_limit_64k_mb_per_s"] > 0
     assert r["ratio_64k_to_physical"] == r["throughput_64k"]["mb_per_s"] / r["physical_limit_64k_mb_per_s"]
     assert r["ratio_64k_to_sequential_limit"] == r["throughput_64k"]["mb_per_s"] / r["sequential_limit_mb_per_s"]
+
+
+def test_broker_suite_quick_writes_complete_json(tmp_path):
+    out = tmp_path / "broker.json"
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "broker", "--quick", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "produce 100 B, batching" in result.stdout and "end-to-end at 1,000/s" in result.stdout
+    r = json.loads(out.read_text())["results"]
+    assert r["produce"]["msg_per_s"] > 0 and r["produce"]["failures"] == 0
+    for run, prefix in (("latency", "publish"), ("e2e", "e2e")):
+        assert r[run]["messages"] == 2000
+        assert 0 < r[run][f"{prefix}_p50_ms"] <= r[run][f"{prefix}_p99_ms"] <= r[run][f"{prefix}_max_ms"]
+    assert r["catchup"]["backlog"] == 20_000 and r["catchup"]["msg_per_s"] > 0
+    assert r["topics"]["topics"] == 50 and r["topics"]["rss_after_mb"] > 0
+    assert r["disk_512b"]["fsyncs_per_s"] > 0 and r["config"]["deployment"] == "broker standalone"
