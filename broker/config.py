@@ -60,6 +60,7 @@ class BrokerConfig:
     default_retention_size_mb: int = 0
 
     keep_alive_interval_s: float = 30.0
+    maintenance_interval_s: float = 60.0  # retention by time, rollover of idle ledgers (Pulsar: retentionCheckIntervalInSeconds 120)
     metadata_session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:

@@ -62,6 +62,7 @@ class BrokerService:
         await service.resources.ensure_default_namespace(config.cluster_name)
         loop = asyncio.get_running_loop()
         service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port)
+        service.spawn(service._maintain())
         service.port = service._server.sockets[0].getsockname()[1]
         log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
         return service
@@ -165,6 +166,16 @@ class BrokerService:
         topic = self.topics.pop(str(name), None)
         if topic is not None:
             await topic.close(notify=True)
+
+    async def _maintain(self) -> None:
+        """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add."""
+        while True:
+            await asyncio.sleep(self.config.maintenance_interval_s)  # a period, not synchronisation
+            for topic in list(self.topics.values()):
+                try:
+                    await topic.ml.trim()
+                except StorageError as exc:
+                    log.warning("maintenance of %s: %s", topic.name, exc)
 
     # ---- shutdown ------------------------------------------------------------
 

@@ -93,3 +93,15 @@ def test_bookie_killed_during_production_is_replaced(start_bookies, zookeeper_se
     finally:
         client.close()
         broker.stop()
+
+
+def test_ctrl_c_shuts_the_standalone_down_cleanly(start_standalone):
+    import signal
+
+    broker = start_standalone()
+    client = pulsar.Client(broker.service_url)
+    client.create_producer("persistent://public/default/ctrl-c").send(b"x")
+    broker.proc.send_signal(signal.SIGINT)
+    assert broker.proc.wait(30) == 0
+    assert "shutting down" in broker.log_tail()
+    client.close()

@@ -116,3 +116,13 @@ def test_unsubscribe_removes_the_subscription(client, topic):
     assert_nothing_more(consumer)  # a new subscription at latest: nothing from before
     producer.send(b"new")
     assert payloads(receive_n(consumer, 1)) == [b"new"]
+
+
+def test_string_schema_producer_and_consumer(client, topic):
+    from pulsar.schema import StringSchema
+
+    consumer = client.subscribe(topic, "typed", schema=StringSchema())
+    producer = client.create_producer(topic, schema=StringSchema())
+    producer.send("héllo")
+    msg = receive_n(consumer, 1)[0]
+    assert msg.value() == "héllo"
