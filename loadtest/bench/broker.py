@@ -34,7 +34,9 @@ class _Deployment:
         self.zk = self.bookies = None
         if cluster:
             self.zk = ZooKeeperServer(root / "zk").__enter__()
-            self.bookies = BookieCluster(self.zk.url("/bench"), root / "bookies").start()
+            # As in standalone: sync when the journal queue empties rather than waiting out the group window.
+            self.bookies = BookieCluster(self.zk.url("/bench"), root / "bookies",
+                                         env={"MAGNETAR_BOOKIE_JOURNAL_FLUSH_WHEN_QUEUE_EMPTY": "true"}).start()
             self.broker = BrokerProcess(root / "broker", metadata_url=self.bookies.metadata_url)
         else:
             self.broker = BrokerProcess(root / "standalone" / "data")
