@@ -1,10 +1,15 @@
-"""Helpers for driving the official `pulsar-client` in tests: drain with a deadline, never sleep."""
+"""Helpers for driving the official `pulsar-client` (and `magnetar`) in tests: drain with a deadline, never sleep."""
 
 from __future__ import annotations
 
 import time
 
 import pulsar
+
+import magnetar
+
+# Either client's "nothing arrived in time" (the helpers drive both).
+TIMEOUTS = (pulsar.Timeout, magnetar.Timeout)
 
 
 def receive_n(consumer, n: int, timeout_s: float = 20.0, ack: bool = True) -> list:
@@ -17,7 +22,7 @@ def receive_n(consumer, n: int, timeout_s: float = 20.0, ack: bool = True) -> li
             raise AssertionError(f"received {len(out)} of {n} messages before the deadline")
         try:
             msg = consumer.receive(timeout_millis=min(left_ms, 1000))
-        except pulsar.Timeout:
+        except TIMEOUTS:
             continue
         out.append(msg)
         if ack:
@@ -29,7 +34,7 @@ def assert_nothing_more(consumer, within_ms: int = 500) -> None:
     """No further message arrives within ``within_ms`` (the broker had time to send one if it would)."""
     try:
         msg = consumer.receive(timeout_millis=within_ms)
-    except pulsar.Timeout:
+    except TIMEOUTS:
         return
     raise AssertionError(f"unexpected extra message {msg.data()!r} (id {msg.message_id()})")
 

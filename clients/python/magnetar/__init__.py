@@ -1,1 +1,14 @@
-"""magnetar: the pure-Python Pulsar-protocol client (wire codec in magnetar.protocol)."""
+"""magnetar: a pure-Python, asyncio-native client for the Apache Pulsar protocol, shaped like ``pulsar-client``.
+
+``magnetar.Client`` is the synchronous API (built on ``magnetar.asyncio``);
+the wire codec it shares with the broker is ``magnetar.protocol``.
+"""
+
+from magnetar.asyncio.consumer import ConsumerType, InitialPosition
+from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
+from magnetar.errors import MagnetarError
+from magnetar.message import Message, MessageId
+from magnetar.sync import Client, Consumer, Producer, Reader
+
+__all__ = ["Client", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+           "Producer", "Reader"]

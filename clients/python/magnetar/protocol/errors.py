@@ -1,7 +1,9 @@
-"""Codec errors (to be folded into magnetar.errors). Malformed input is not retriable."""
+"""Codec errors, part of the client's one hierarchy (magnetar.errors). Malformed input is not retriable."""
+
+from magnetar.errors import MagnetarError
 
 
-class ProtocolError(Exception):
+class ProtocolError(MagnetarError):
     retriable = False
 
 

@@ -1,0 +1,181 @@
+"""AsyncClient: connections per broker, lookup (following redirects), and factories for producers and consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import uuid
+
+from magnetar.asyncio.connection import Connection
+from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPosition
+from magnetar.asyncio.producer import AsyncProducer
+from magnetar.errors import AlreadyClosed, ConnectError, InvalidTopicName, MagnetarError, ServiceNotReady, for_code
+from magnetar.message import MessageId
+from magnetar.protocol import pulsar_api_pb2 as pb
+
+T = pb.BaseCommand
+MAX_REDIRECTS = 10
+
+
+def _address(url: str) -> str:
+    if not url.startswith("pulsar://"):
+        raise ValueError(f"service URL must look like pulsar://host:port, got {url!r}")
+    return url[len("pulsar://"):].rstrip("/")
+
+
+class AsyncClient:
+    def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30, rng: random.Random | None = None):
+        self.service_address = _address(service_url)
+        self.operation_timeout_s = operation_timeout_seconds
+        self.rng = rng or random.Random()
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future] = {}
+        self._ids = itertools.count()
+        self._handlers: list = []
+        self.max_message_size = 5 * 1024 * 1024
+        self.closed = False
+
+    def next_handler_id(self) -> int:
+        return next(self._ids)
+
+    async def backoff(self, first_s: float = 0.1, max_s: float = 30.0):
+        """Attempt numbers 1, 2, ...; between attempts an exponential backoff with jitter (the one retry helper)."""
+        delay, attempt = first_s, 0
+        while not self.closed:
+            attempt += 1
+            yield attempt
+            await asyncio.sleep(delay * (0.5 + self.rng.random()))  # backoff between reconnect attempts
+            delay = min(delay * 2, max_s)
+
+    async def connection(self, address: str) -> Connection:
+        if self.closed:
+            raise AlreadyClosed("client is closed")
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(address)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._connecting[address] = pending
+            try:
+                conn = await Connection.open(address, self.operation_timeout_s)
+                self._connections[address] = conn
+                self.max_message_size = conn.max_message_size
+                pending.set_result(conn)
+            except BaseException as exc:
+                pending.set_exception(exc)
+                pending.exception()
+                raise
+            finally:
+                self._connecting.pop(address, None)
+            return conn
+        return await asyncio.shield(pending)
+
+    async def lookup(self, topic: str) -> str:
+        """The address of the broker that serves ``topic`` (LOOKUP, following Redirect answers)."""
+        address, authoritative = self.service_address, False
+        for _ in range(MAX_REDIRECTS):
+            conn = await self.connection(address)
+            resp = await conn.request(T.LOOKUP, "lookupTopic", pb.CommandLookupTopic(
+                topic=topic, request_id=conn.next_request_id(), authoritative=authoritative))
+            if resp.response == pb.CommandLookupTopicResponse.Failed:
+                raise for_code(resp.error, resp.message)
+            target = _address(resp.brokerServiceUrl)
+            if resp.response == pb.CommandLookupTopicResponse.Connect:
+                return target
+            address, authoritative = target, resp.authoritative
+        raise ServiceNotReady(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")
+
+    async def connection_for(self, topic: str) -> Connection:
+        return await self.connection(await self.lookup(topic))
+
+    async def get_partitions(self, topic: str) -> int:
+        conn = await self.connection(self.service_address)
+        resp = await conn.request(T.PARTITIONED_METADATA, "partitionMetadata", pb.CommandPartitionedTopicMetadata(
+            topic=topic, request_id=conn.next_request_id()))
+        if resp.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
+            raise for_code(resp.error, resp.message)
+        return resp.partitions
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        n = await self.get_partitions(topic)
+        return [f"{topic}-partition-{i}" for i in range(n)] if n else [topic]
+
+    # ---- factories -------------------------------------------------------------------
+
+    async def create_producer(self, topic: str, **options) -> AsyncProducer:
+        if await self.get_partitions(topic) > 0:
+            raise InvalidTopicName(f"{topic} is partitioned; partitioned producers are not supported by this client yet")
+        producer = AsyncProducer(self, topic, **options)
+        await self._start(producer)
+        return producer
+
+    async def subscribe(self, topic: str, subscription_name: str, **options) -> AsyncConsumer:
+        if await self.get_partitions(topic) > 0:
+            raise InvalidTopicName(f"{topic} is partitioned; partitioned consumers are not supported by this client yet")
+        consumer = AsyncConsumer(self, topic, subscription_name, **options)
+        await self._start(consumer)
+        return consumer
+
+    async def create_reader(self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = False,
+                            receiver_queue_size: int = 1000, reader_name: str | None = None) -> "AsyncReader":
+        consumer = AsyncConsumer(
+            self, topic, f"reader-{uuid.uuid4().hex[:10]}", consumer_type=ConsumerType.Exclusive, durable=False,
+            initial_position=InitialPosition.Earliest if start_message_id == MessageId.earliest else InitialPosition.Latest,
+            start_message_id=start_message_id, start_message_id_inclusive=start_message_id_inclusive,
+            receiver_queue_size=receiver_queue_size, consumer_name=reader_name)
+        await self._start(consumer)
+        return AsyncReader(consumer)
+
+    async def _start(self, handler) -> None:
+        try:
+            await handler._connect()
+        except ConnectError:
+            raise
+        self._handlers.append(handler)
+
+    async def close(self) -> None:
+        for handler in self._handlers:
+            try:
+                await handler.close()
+            except MagnetarError:
+                pass
+        self.closed = True
+        for conn in self._connections.values():
+            conn.close()
+
+
+class AsyncReader:
+    """A non-durable consumer that reads from a given message id."""
+
+    def __init__(self, consumer: AsyncConsumer):
+        self.consumer = consumer
+
+    async def read_next(self, timeout_millis: int | None = None):
+        return await self.consumer.receive(timeout_millis)
+
+    async def has_message_available(self) -> bool:
+        if self.consumer.has_queued():
+            return True
+        last = await self.consumer.get_last_message_id()
+        if last.entry_id() < 0:
+            return False
+        seen = self.consumer._last_dequeued
+        if seen is None:
+            start, inclusive = self.consumer._start
+            if start is None or start == MessageId.earliest:
+                return True
+            if start == MessageId.latest:
+                return False
+            return (last.ledger_id(), last.entry_id(), last.batch_index()) > (start.ledger_id(), start.entry_id(), start.batch_index()) or inclusive
+        return (last.ledger_id(), last.entry_id(), last.batch_index()) > (seen.ledger_id(), seen.entry_id(), seen.batch_index())
+
+    async def seek(self, target) -> None:
+        await self.consumer.seek(target)
+
+    def topic(self) -> str:
+        return self.consumer.topic()
+
+    async def close(self) -> None:
+        await self.consumer.close()

@@ -1,0 +1,298 @@
+"""Consumer: receiver queue with flow permits, acks (individual, cumulative, batch index), negative acks, seek.
+
+How it works: on subscribe the consumer grants ``receiver_queue_size`` permits
+(FLOW); each message handed to the application frees a slot, and permits are
+granted again in chunks of half the queue, as the official client does. A batch
+entry is unpacked into one Message per batch index (skipping indexes the
+broker marks as already acknowledged). Acknowledging one message of a batch
+sends a batch-index ack (the bitset of messages still unacknowledged), so the
+broker keeps the rest. A negative ack asks for redelivery after
+``negative_ack_redelivery_delay_ms``. When the broker closes the consumer (seek,
+topic unloaded) or the connection drops, the consumer subscribes again and
+drops what was queued but not yet received (the broker sends it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+
+from magnetar.errors import AlreadyClosed, MagnetarError, Timeout
+from magnetar.message import Message, MessageId
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import unpack_batch
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand
+
+
+class ConsumerType(enum.IntEnum):
+    Exclusive = 0
+    Shared = 1
+    Failover = 2
+    KeyShared = 3
+
+
+class InitialPosition(enum.IntEnum):
+    Latest = 0
+    Earliest = 1
+
+
+class AsyncConsumer:
+    def __init__(self, client, topic: str, subscription_name: str, *, consumer_type=ConsumerType.Exclusive,
+                 initial_position=InitialPosition.Latest, receiver_queue_size: int = 1000, consumer_name=None,
+                 negative_ack_redelivery_delay_ms: int = 60_000, durable: bool = True,
+                 start_message_id: MessageId | None = None, start_message_id_inclusive: bool = False,
+                 priority_level: int = 0, partition: int = -1):
+        self.client = client
+        self._topic = topic
+        self._subscription = subscription_name
+        self.consumer_type = ConsumerType(consumer_type)
+        self.initial_position = InitialPosition(initial_position)
+        self.queue_size = max(1, receiver_queue_size)
+        self._name = consumer_name or uuid.uuid4().hex[:10]
+        self.nack_delay_s = negative_ack_redelivery_delay_ms / 1000
+        self.durable = durable
+        self.start_message_id = start_message_id
+        self.start_inclusive = start_message_id_inclusive
+        self.priority_level = priority_level
+        self.partition = partition
+        self.consumer_id = client.next_handler_id()
+        self.conn = None
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._delivered_since_flow = 0
+        self._batch_acks: dict[tuple, set[int]] = {}  # (ledger, entry) -> acked batch indexes
+        self._last_dequeued: MessageId | None = None
+        self._start: tuple[MessageId | None, bool] = (start_message_id, start_message_id_inclusive)
+        self._reconnecting: asyncio.Task | None = None
+        self._generation = 0
+        self.closed = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        self.conn = await self.client.connection_for(self._topic)
+        self.conn.consumers[self.consumer_id] = self
+        self._generation += 1
+        self._queue = asyncio.Queue()
+        self._delivered_since_flow = 0
+        req = pb.CommandSubscribe(
+            topic=self._topic, subscription=self._subscription, subType=int(self.consumer_type),
+            consumer_id=self.consumer_id, request_id=self.conn.next_request_id(), consumer_name=self._name,
+            priority_level=self.priority_level, durable=self.durable, initialPosition=int(self.initial_position))
+        # A reader resumes after what it has handed out; the broker starts *at* the given entry.
+        self._start = (self._last_dequeued, False) if self._last_dequeued is not None else (self.start_message_id, self.start_inclusive)
+        if self._start[0] is not None and not self.durable:
+            req.start_message_id.CopyFrom(self._start[0].to_proto())
+        try:
+            await self.conn.request(T.SUBSCRIBE, "subscribe", req)
+        except BaseException:
+            self.conn.consumers.pop(self.consumer_id, None)
+            raise
+        self.conn.write(T.FLOW, flow=pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=self.queue_size))
+
+    def on_connection_lost(self, conn) -> None:
+        if self.closed or conn is not self.conn:
+            return
+        conn.consumers.pop(self.consumer_id, None)
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        async for attempt in self.client.backoff():
+            if self.closed:
+                return
+            try:
+                await self._connect()
+                return
+            except MagnetarError as exc:
+                if not exc.retriable:
+                    log.error("consumer %s on %s cannot resubscribe: %s", self._name, self._topic, exc)
+                    return
+                log.info("consumer %s: resubscribe attempt %d failed: %s", self._name, attempt, exc)
+
+    # ---- receiving ----------------------------------------------------------------------
+
+    def on_message(self, cmd, frame) -> None:
+        md = frame.metadata
+        mid = cmd.message_id
+        ledger, entry = mid.ledgerId, mid.entryId
+        redelivery = cmd.redelivery_count
+        if md is None:
+            return
+        if md.HasField("num_messages_in_batch"):  # a producer batch (even of one message)
+            skip = _acked_indexes(cmd.ack_set, md.num_messages_in_batch)
+            for i, (smm, payload) in enumerate(unpack_batch(frame.payload, md.num_messages_in_batch)):
+                if i in skip or self._skip_before_start(ledger, entry, i):
+                    continue
+                msg_id = MessageId(ledger, entry, i, self.partition, md.num_messages_in_batch)
+                self._queue.put_nowait(Message(payload, msg_id, md, smm, self._topic, redelivery))
+        else:
+            if self._skip_before_start(ledger, entry, -1):
+                return
+            self._queue.put_nowait(Message(frame.payload, MessageId(ledger, entry, -1, self.partition), md, None,
+                                           self._topic, redelivery))
+
+    def _skip_before_start(self, ledger: int, entry: int, index: int) -> bool:
+        """A reader drops what lies before its start id (and the start itself unless inclusive)."""
+        if self.durable:
+            return False
+        start, inclusive = self._start
+        if start is None or start.ledger_id() < 0 or start.ledger_id() >= (1 << 63) - 1:
+            return False
+        here, mark = (ledger, entry), (start.ledger_id(), start.entry_id())
+        if here != mark:
+            return here < mark
+        if start.batch_index() < 0:
+            return not inclusive
+        return index < start.batch_index() or (index == start.batch_index() and not inclusive)
+
+    async def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; raises Timeout after ``timeout_millis``."""
+        if self.closed:
+            raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        try:
+            if timeout_millis is None:
+                msg = await self._queue.get()
+            else:
+                msg = await asyncio.wait_for(self._queue.get(), timeout_millis / 1000)
+        except asyncio.TimeoutError as exc:
+            raise Timeout(f"no message within {timeout_millis} ms") from exc
+        self._message_taken(msg)
+        return msg
+
+    def _message_taken(self, msg: Message) -> None:
+        self._last_dequeued = msg.message_id()
+        self._delivered_since_flow += 1
+        if self._delivered_since_flow >= max(1, self.queue_size // 2) and self.conn is not None and not self.conn.closed:
+            self.conn.write(T.FLOW, flow=pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=self._delivered_since_flow))
+            self._delivered_since_flow = 0
+
+    async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message]:
+        out = [await self.receive(timeout_millis=None if timeout_millis is None else timeout_millis)]
+        while len(out) < max_messages and not self._queue.empty():
+            msg = self._queue.get_nowait()
+            self._message_taken(msg)
+            out.append(msg)
+        return out
+
+    def has_queued(self) -> bool:
+        return not self._queue.empty()
+
+    # ---- acknowledging --------------------------------------------------------------------
+
+    def _id_of(self, msg_or_id) -> MessageId:
+        return msg_or_id.message_id() if isinstance(msg_or_id, Message) else msg_or_id
+
+    async def acknowledge(self, msg_or_id) -> None:
+        mid = self._id_of(msg_or_id)
+        data = pb.MessageIdData(ledgerId=mid.ledger_id(), entryId=mid.entry_id())
+        if mid.batch_index() >= 0 and mid.batch_size() > 1:
+            acked = self._batch_acks.setdefault((mid.ledger_id(), mid.entry_id()), set())
+            acked.add(mid.batch_index())
+            remaining = set(range(mid.batch_size())) - acked
+            if remaining:
+                data.ack_set.extend(_bitset(remaining, mid.batch_size()))
+                data.batch_size = mid.batch_size()
+            else:
+                del self._batch_acks[(mid.ledger_id(), mid.entry_id())]
+        self._send_ack(pb.CommandAck.Individual, data)
+
+    async def acknowledge_cumulative(self, msg_or_id) -> None:
+        mid = self._id_of(msg_or_id)
+        data = pb.MessageIdData(ledgerId=mid.ledger_id(), entryId=mid.entry_id())
+        if mid.batch_index() >= 0 and mid.batch_size() > 1 and mid.batch_index() < mid.batch_size() - 1:
+            data.ack_set.extend(_bitset(set(range(mid.batch_index() + 1, mid.batch_size())), mid.batch_size()))
+            data.batch_size = mid.batch_size()
+        self._send_ack(pb.CommandAck.Cumulative, data)
+
+    def _send_ack(self, ack_type, data) -> None:
+        if self.closed:
+            raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        if self.conn is not None and not self.conn.closed:
+            self.conn.write(T.ACK, ack=pb.CommandAck(consumer_id=self.consumer_id, ack_type=ack_type, message_id=[data]))
+
+    def negative_acknowledge(self, msg_or_id) -> None:
+        mid = self._id_of(msg_or_id)
+        generation = self._generation
+
+        def redeliver():
+            if self.closed or generation != self._generation or self.conn is None or self.conn.closed:
+                return
+            self.conn.write(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(
+                consumer_id=self.consumer_id, message_ids=[pb.MessageIdData(ledgerId=mid.ledger_id(), entryId=mid.entry_id())]))
+
+        asyncio.get_running_loop().call_later(self.nack_delay_s, redeliver)
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        self._queue = asyncio.Queue()
+        self.conn.write(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(
+            consumer_id=self.consumer_id))
+
+    # ---- position ---------------------------------------------------------------------------
+
+    async def seek(self, target) -> None:
+        """Seek to a MessageId or a publish time (ms); the broker closes us and we resubscribe."""
+        req = pb.CommandSeek(consumer_id=self.consumer_id, request_id=self.conn.next_request_id())
+        if isinstance(target, MessageId):
+            req.message_id.CopyFrom(target.to_proto())
+            if not self.durable:
+                self.start_message_id, self.start_inclusive, self._last_dequeued = target, True, None
+        else:
+            req.message_publish_time = int(target)
+        await self.conn.request(T.SEEK, "seek", req)
+        self._queue = asyncio.Queue()
+
+    async def get_last_message_id(self) -> MessageId:
+        resp = await self.conn.request(T.GET_LAST_MESSAGE_ID, "getLastMessageId",
+                                       pb.CommandGetLastMessageId(consumer_id=self.consumer_id, request_id=self.conn.next_request_id()))
+        return MessageId.from_proto(resp.last_message_id)
+
+    async def unsubscribe(self) -> None:
+        await self.conn.request(T.UNSUBSCRIBE, "unsubscribe",
+                                pb.CommandUnsubscribe(consumer_id=self.consumer_id, request_id=self.conn.next_request_id()))
+        self.closed = True
+        self.conn.consumers.pop(self.consumer_id, None)
+
+    def topic(self) -> str:
+        return self._topic
+
+    def subscription_name(self) -> str:
+        return self._subscription
+
+    def consumer_name(self) -> str:
+        return self._name
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        conn = self.conn
+        if conn is not None and not conn.closed and conn.consumers.pop(self.consumer_id, None) is not None:
+            try:
+                await conn.request(T.CLOSE_CONSUMER, "close_consumer",
+                                   pb.CommandCloseConsumer(consumer_id=self.consumer_id, request_id=conn.next_request_id()))
+            except MagnetarError:
+                pass
+
+
+def _bitset(indexes: set[int], size: int) -> list[int]:
+    words = [0] * ((size + 63) // 64)
+    for i in indexes:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+def _acked_indexes(ack_set, size: int) -> set[int]:
+    """Indexes whose bit is clear in the broker's ack_set (already acknowledged); empty when there is none."""
+    if not len(ack_set):
+        return set()
+    remaining = {wi * 64 + b for wi, w in enumerate(ack_set) for b in range(64) if (w & ((1 << 64) - 1)) >> b & 1}
+    return set(range(size)) - remaining
+
+
+__all__ = ["AsyncConsumer", "ConsumerType", "InitialPosition", "Timeout"]

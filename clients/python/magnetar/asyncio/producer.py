@@ -1,0 +1,292 @@
+"""Producer: sequence ids, batching, receipts in order, and resending what is pending after a reconnect.
+
+How it works: each message gets the next sequence id. With batching, messages
+collect in a batch until it holds ``batching_max_messages`` messages or
+``batching_max_allowed_size_in_bytes`` bytes, or ``batching_max_publish_delay_ms``
+passes; a batch is one SEND (one ledger entry). Sends wait in ``pending``
+(in sequence order) until their receipt; each receipt completes the futures of
+its messages with ids ``(ledger, entry, batch index)``. When the connection
+drops or the broker closes the producer, the producer looks the topic up
+again, re-creates itself under the same name and resends everything pending,
+in order, so nothing acknowledged is lost and nothing is reordered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+
+from magnetar.errors import AlreadyClosed, MagnetarError, MessageTooBig, ProducerQueueIsFull, Timeout, for_code
+from magnetar.message import MessageId
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import command, encode_headers_and_payload, pack_batch
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand
+
+
+class _Send:
+    """One SEND on the wire: a single message or a batch, with the futures waiting for its receipt."""
+
+    __slots__ = ("sequence_id", "highest_sequence_id", "count", "headers_and_payload", "futures", "batched")
+
+    def __init__(self, sequence_id, highest_sequence_id, count, headers_and_payload, futures, batched=False):
+        self.sequence_id, self.highest_sequence_id = sequence_id, highest_sequence_id
+        self.count, self.headers_and_payload, self.futures = count, headers_and_payload, futures
+        self.batched = batched
+
+    def command(self, producer_id: int):
+        send = pb.CommandSend(producer_id=producer_id, sequence_id=self.sequence_id, num_messages=self.count)
+        if self.highest_sequence_id != self.sequence_id:
+            send.highest_sequence_id = self.highest_sequence_id
+        return command(T.SEND, send=send)
+
+
+class AsyncProducer:
+    def __init__(self, client, topic: str, *, producer_name: str | None = None, batching_enabled: bool = False,
+                 batching_max_messages: int = 1000, batching_max_allowed_size_in_bytes: int = 128 * 1024,
+                 batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
+                 max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
+                 initial_sequence_id: int | None = None, partition: int = -1):
+        self.client = client
+        self._topic = topic
+        self._name = producer_name
+        self._user_named = producer_name is not None
+        self.batching = batching_enabled
+        self.batch_max_messages = batching_max_messages
+        self.batch_max_bytes = batching_max_allowed_size_in_bytes
+        self.batch_delay_s = batching_max_publish_delay_ms / 1000
+        self.send_timeout_s = send_timeout_millis / 1000 if send_timeout_millis else None
+        self.max_pending = max_pending_messages
+        self.block_if_full = block_if_queue_full
+        self.access_mode = access_mode
+        self.partition = partition
+        self.producer_id = client.next_handler_id()
+        self.conn = None
+        self.epoch = 0
+        self.topic_epoch = None
+        self._next_seq = 0 if initial_sequence_id is None else initial_sequence_id + 1
+        self._last_seq_published = -1 if initial_sequence_id is None else initial_sequence_id
+        self._pending: OrderedDict[int, _Send] = OrderedDict()
+        self._pending_messages = 0
+        self._space = asyncio.Event()
+        self._batch: list = []
+        self._batch_bytes = 0
+        self._batch_timer: asyncio.TimerHandle | None = None
+        self._reconnecting: asyncio.Task | None = None
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        self.conn = await self.client.connection_for(self._topic)
+        self.conn.producers[self.producer_id] = self
+        req = pb.CommandProducer(topic=self._topic, producer_id=self.producer_id, request_id=self.conn.next_request_id(),
+                                 epoch=self.epoch, user_provided_producer_name=self._user_named,
+                                 producer_access_mode=self.access_mode)
+        if self._name:
+            req.producer_name = self._name
+        if self.topic_epoch is not None:
+            req.topic_epoch = self.topic_epoch
+        try:
+            success = await self.conn.request(T.PRODUCER, "producer", req)
+        except BaseException:
+            self.conn.producers.pop(self.producer_id, None)
+            raise
+        self._name = success.producer_name
+        if success.HasField("topic_epoch"):
+            self.topic_epoch = success.topic_epoch
+        if success.last_sequence_id >= self._next_seq:
+            self._next_seq = success.last_sequence_id + 1
+        self._last_seq_published = max(self._last_seq_published, success.last_sequence_id)
+        self._ready.set()
+        for send in list(self._pending.values()):  # resend in order after a reconnect
+            self.conn.write_with_payload(send.command(self.producer_id), send.headers_and_payload)
+
+    def on_connection_lost(self, conn) -> None:
+        if self.closed or conn is not self.conn:
+            return
+        self._ready.clear()
+        conn.producers.pop(self.producer_id, None)
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        self.epoch += 1
+        async for attempt in self.client.backoff():
+            if self.closed:
+                return
+            try:
+                await self._connect()
+                return
+            except MagnetarError as exc:
+                if not exc.retriable:
+                    self._fail_pending(exc)
+                    return
+                log.info("producer %s on %s: reconnect attempt %d failed: %s", self._name, self._topic, attempt, exc)
+
+    # ---- sending ----------------------------------------------------------------------
+
+    def topic(self) -> str:
+        return self._topic
+
+    def producer_name(self) -> str:
+        return self._name
+
+    def last_sequence_id(self) -> int:
+        return self._last_seq_published
+
+    async def send(self, content: bytes, **kwargs) -> MessageId:
+        return await self.send_async(content, **kwargs)
+
+    async def send_async(self, content: bytes, *, properties=None, partition_key=None, ordering_key=None,
+                         sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> MessageId:
+        """Queue a message; resolves to its MessageId once the broker has stored it."""
+        if self.closed:
+            raise AlreadyClosed(f"producer on {self._topic} is closed")
+        content = bytes(content)
+        if len(content) > self.client.max_message_size:
+            raise MessageTooBig(f"message of {len(content)} bytes exceeds the maximum of {self.client.max_message_size}")
+        while self._pending_messages + len(self._batch) >= self.max_pending:
+            if not self.block_if_full:
+                raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
+            self._space.clear()
+            await self._space.wait()
+        seq = self._next_seq if sequence_id is None else sequence_id
+        self._next_seq = max(self._next_seq, seq + 1)
+        fut = asyncio.get_running_loop().create_future()
+        deliver_at_ms = None
+        if deliver_after is not None:
+            deliver_at_ms = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
+        elif deliver_at is not None:
+            deliver_at_ms = int(deliver_at)
+        fields = dict(properties=properties, partition_key=partition_key, ordering_key=ordering_key,
+                      event_timestamp=event_timestamp)
+        if self.batching and deliver_at_ms is None:
+            smm = pb.SingleMessageMetadata(payload_size=len(content), sequence_id=seq)
+            _fill(smm, **fields)
+            self._batch.append((smm, content, fut, seq))
+            self._batch_bytes += len(content)
+            if len(self._batch) >= self.batch_max_messages or self._batch_bytes >= self.batch_max_bytes:
+                self._flush_batch()
+            elif self._batch_timer is None:
+                self._batch_timer = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush_batch)
+        else:
+            self._flush_batch()  # keep order with anything batched before
+            md = self._metadata(seq)
+            _fill(md, **fields)
+            if deliver_at_ms is not None:
+                md.deliver_at_time = deliver_at_ms
+            self._enqueue(_Send(seq, seq, 1, encode_headers_and_payload(md, content), [fut]))
+        return await self._with_timeout(fut)
+
+    async def _with_timeout(self, fut):
+        if self.send_timeout_s is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.send_timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s") from exc
+
+    def _metadata(self, seq: int) -> pb.MessageMetadata:
+        return pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
+
+    def _flush_batch(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        if not self._batch:
+            return
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        md = self._metadata(batch[0][3])
+        md.num_messages_in_batch = len(batch)
+        md.highest_sequence_id = batch[-1][3]
+        payload = pack_batch([(smm, content) for smm, content, _, _ in batch])
+        self._enqueue(_Send(batch[0][3], batch[-1][3], len(batch), encode_headers_and_payload(md, payload),
+                            [fut for _, _, fut, _ in batch], batched=True))
+
+    def _enqueue(self, send: _Send) -> None:
+        self._pending[send.sequence_id] = send
+        self._pending_messages += send.count
+        if self._ready.is_set() and self.conn is not None and not self.conn.closed:
+            self.conn.write_with_payload(send.command(self.producer_id), send.headers_and_payload)
+
+    async def flush(self) -> None:
+        self._flush_batch()
+        if self._pending:
+            await asyncio.gather(*(f for s in list(self._pending.values()) for f in s.futures), return_exceptions=True)
+
+    # ---- receipts ---------------------------------------------------------------------
+
+    def on_receipt(self, receipt) -> None:
+        send = self._pending.get(receipt.sequence_id)
+        if send is None:
+            return
+        # Receipts come in order: anything pending before this one was answered by a duplicate-check.
+        while self._pending:
+            seq, first = next(iter(self._pending.items()))
+            self._pending.pop(seq)
+            self._pending_messages -= first.count
+            mid = receipt.message_id
+            for i, fut in enumerate(first.futures):
+                if not fut.done():
+                    fut.set_result(MessageId(mid.ledgerId if mid.ledgerId < 1 << 63 else -1,
+                                             mid.entryId if mid.entryId < 1 << 63 else -1,
+                                             i if first.batched else -1, self.partition))
+            self._last_seq_published = max(self._last_seq_published, first.highest_sequence_id)
+            if seq == receipt.sequence_id:
+                break
+        self._space.set()
+
+    def on_send_error(self, error) -> None:
+        exc = for_code(error.error, error.message)
+        if exc.retriable:
+            self.on_connection_lost(self.conn)  # reconnect and resend, as the official client does
+            return
+        send = self._pending.pop(error.sequence_id, None)
+        if send is not None:
+            self._pending_messages -= send.count
+            for fut in send.futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+        self._space.set()
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        for send in self._pending.values():
+            for fut in send.futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+        self._pending.clear()
+        self._pending_messages = 0
+        self._space.set()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        await self.flush()
+        self.closed = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        conn = self.conn
+        if conn is not None and not conn.closed and self.producer_id in conn.producers:
+            conn.producers.pop(self.producer_id, None)
+            try:
+                await conn.request(T.CLOSE_PRODUCER, "close_producer",
+                                   pb.CommandCloseProducer(producer_id=self.producer_id, request_id=conn.next_request_id()))
+            except MagnetarError:
+                pass
+        self._fail_pending(AlreadyClosed("producer closed"))
+
+
+def _fill(md, *, properties=None, partition_key=None, ordering_key=None, event_timestamp=None) -> None:
+    for k, v in (properties or {}).items():
+        md.properties.add(key=str(k), value=str(v))
+    if partition_key is not None:
+        md.partition_key = partition_key
+    if ordering_key is not None:
+        md.ordering_key = ordering_key.encode() if isinstance(ordering_key, str) else ordering_key
+    if event_timestamp is not None:
+        md.event_time = event_timestamp

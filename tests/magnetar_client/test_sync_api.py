@@ -1,0 +1,145 @@
+"""The `magnetar` client against `broker standalone`: the official client's scenarios, through our own client."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pulsar
+import pytest
+
+import magnetar
+from tests.official_client.support import assert_nothing_more, payloads, receive_n
+
+
+@pytest.fixture
+def mclient(standalone):
+    c = magnetar.Client(standalone.service_url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_send_and_receive_in_order(mclient, topic, batching):
+    consumer = mclient.subscribe(topic, "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = mclient.create_producer(topic, batching_enabled=batching)
+    sent = [f"m{i}".encode() for i in range(50)]
+    ids = [producer.send(m, properties={"n": str(i)}, partition_key=f"k{i % 3}") for i, m in enumerate(sent)]
+    assert ids == sorted(ids)
+    got = receive_n(consumer, 50)
+    assert payloads(got) == sent
+    assert got[7].properties() == {"n": "7"} and got[7].partition_key() == "k1"
+    assert_nothing_more(consumer)
+
+
+def test_send_async_callbacks_and_flush(mclient, topic):
+    consumer = mclient.subscribe(topic, "s")
+    producer = mclient.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    results, done = [], threading.Event()
+
+    def callback(res, mid):
+        results.append((res, mid))
+        if len(results) == 500:
+            done.set()
+
+    for i in range(500):
+        producer.send_async(f"{i}".encode(), callback)
+    producer.flush()
+    assert done.wait(20) and all(res is None and mid is not None for res, mid in results)
+    assert payloads(receive_n(consumer, 500)) == [f"{i}".encode() for i in range(500)]
+
+
+def test_batch_index_acks_keep_the_rest_of_a_batch(mclient, topic):
+    consumer = mclient.subscribe(topic, "bi", consumer_type=magnetar.ConsumerType.Shared)
+    producer = mclient.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    for i in range(6):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    got = receive_n(consumer, 6, ack=False)
+    for m in got:
+        if int(m.data()) % 2 == 0:
+            consumer.acknowledge(m)
+    consumer.close()
+    consumer = mclient.subscribe(topic, "bi", consumer_type=magnetar.ConsumerType.Shared)
+    assert sorted(payloads(receive_n(consumer, 3))) == [b"1", b"3", b"5"]
+
+
+def test_cumulative_ack_and_negative_ack(mclient, topic):
+    consumer = mclient.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100)
+    producer = mclient.create_producer(topic)
+    producer.send(b"again")
+    first = receive_n(consumer, 1, ack=False)[0]
+    consumer.negative_acknowledge(first)
+    second = receive_n(consumer, 1)[0]
+    assert second.data() == b"again" and second.redelivery_count() == 1
+
+    excl = mclient.subscribe(topic, "cumulative", initial_position=magnetar.InitialPosition.Earliest)
+    for i in range(4):
+        producer.send(f"{i}".encode())
+    got = receive_n(excl, 5, ack=False)
+    excl.acknowledge_cumulative(got[2])
+    excl.close()
+    excl = mclient.subscribe(topic, "cumulative")
+    assert payloads(receive_n(excl, 2)) == [b"2", b"3"]
+
+
+def test_readers_seek_and_last_message_id(mclient, topic):
+    producer = mclient.create_producer(topic)
+    ids = [producer.send(f"{i}".encode()) for i in range(5)]
+    reader = mclient.create_reader(topic, magnetar.MessageId.earliest)
+    assert [reader.read_next(5000).data() for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]
+    assert not reader.has_message_available()
+    from_id = mclient.create_reader(topic, ids[1])
+    assert from_id.read_next(5000).data() == b"2"
+    inclusive = mclient.create_reader(topic, ids[1], start_message_id_inclusive=True)
+    assert inclusive.read_next(5000).data() == b"1"
+    consumer = mclient.subscribe(topic, "seek", initial_position=magnetar.InitialPosition.Earliest)
+    receive_n(consumer, 5)
+    last = consumer.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (ids[-1].ledger_id(), ids[-1].entry_id())
+    consumer.seek(ids[3])
+    assert payloads(receive_n(consumer, 2)) == [b"3", b"4"]
+
+
+def test_message_id_serialization_round_trips():
+    mid = magnetar.MessageId(5, 7, 2, 1)
+    assert magnetar.MessageId.deserialize(mid.serialize()) == mid
+    assert magnetar.MessageId.earliest < mid < magnetar.MessageId.latest
+
+
+def test_interop_both_ways_with_the_official_client(mclient, standalone, topic):
+    official = pulsar.Client(standalone.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        theirs = official.subscribe(topic, "theirs")
+        ours = mclient.subscribe(topic, "ours")
+        mine = mclient.create_producer(topic, batching_enabled=True)
+        for i in range(20):
+            mine.send_async(f"mag-{i}".encode(), None, properties={"from": "magnetar"})
+        mine.flush()
+        other = official.create_producer(topic, batching_enabled=True, compression_type=pulsar.CompressionType.NONE)
+        for i in range(20):
+            other.send_async(f"pul-{i}".encode(), None)
+        other.flush()
+        expected = [f"mag-{i}".encode() for i in range(20)] + [f"pul-{i}".encode() for i in range(20)]
+        got_theirs = receive_n(theirs, 40)
+        assert payloads(got_theirs) == expected and got_theirs[0].properties() == {"from": "magnetar"}
+        assert payloads(receive_n(ours, 40)) == expected
+    finally:
+        official.close()
+
+
+def test_bad_input_gives_clear_exceptions(standalone, topic):
+    client = magnetar.Client(standalone.service_url, operation_timeout_seconds=10)
+    with pytest.raises(magnetar.InvalidTopicName, match="invalid topic"):
+        client.create_producer("persistent://public/default/a/b/c")
+    producer = client.create_producer(topic)
+    with pytest.raises(magnetar.MessageTooBig):
+        producer.send(b"x" * (5 * 1024 * 1024 + 1))
+    with pytest.raises(magnetar.Timeout):
+        client.subscribe(topic, "s").receive(timeout_millis=100)
+    with pytest.raises(ValueError, match="pulsar://"):
+        magnetar.Client("http://localhost:6650")
+    client.close()
+    with pytest.raises(magnetar.AlreadyClosed):
+        producer.send(b"after close")
+    assert time.time() > 0
