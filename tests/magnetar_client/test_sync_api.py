@@ -143,3 +143,53 @@ def test_bad_input_gives_clear_exceptions(standalone, topic):
     with pytest.raises(magnetar.AlreadyClosed):
         producer.send(b"after close")
     assert time.time() > 0
+
+
+@pytest.mark.parametrize("compression", ["LZ4", "ZLIB", "ZSTD"])
+def test_compression_interoperates_with_the_official_client(mclient, standalone, topic, compression):
+    official = pulsar.Client(standalone.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        theirs = official.subscribe(topic, "theirs")
+        ours = mclient.subscribe(topic, "ours")
+        mine = mclient.create_producer(topic, batching_enabled=True,
+                                       compression_type=getattr(magnetar.CompressionType, compression))
+        # the Python wrapper of the official client offers no ZLIB producer; its consumer reads it
+        other = official.create_producer(topic, batching_enabled=True,
+                                         compression_type=getattr(pulsar.CompressionType, compression,
+                                                                  pulsar.CompressionType.NONE))
+        for i in range(30):
+            mine.send_async(b"compressible payload " * 10 + b"m%d" % i, None)
+        mine.flush()
+        for i in range(30):
+            other.send_async(b"compressible payload " * 10 + b"p%d" % i, None)
+        other.flush()
+        expected = [b"compressible payload " * 10 + b"m%d" % i for i in range(30)] + \
+                   [b"compressible payload " * 10 + b"p%d" % i for i in range(30)]
+        assert payloads(receive_n(theirs, 60)) == expected
+        assert payloads(receive_n(ours, 60)) == expected
+    finally:
+        official.close()
+
+
+def test_partitioned_topic_routes_by_key_and_round_robin(mclient, standalone, topic):
+    import json
+    import urllib.request
+
+    name = topic.split("://", 1)[1]
+    req = urllib.request.Request(f"{standalone.web_url}/admin/v2/persistent/{name}/partitions", data=b"3", method="PUT",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+    assert mclient.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
+    consumer = mclient.subscribe(topic, "all", consumer_type=magnetar.ConsumerType.Shared)
+    producer = mclient.create_producer(topic)
+    for i in range(30):
+        producer.send(f"{i}".encode())
+    for i in range(10):
+        producer.send(f"k{i}".encode(), partition_key="same-key")
+    got = receive_n(consumer, 40)
+    assert sorted(m.data() for m in got) == sorted([f"{i}".encode() for i in range(30)] + [f"k{i}".encode() for i in range(10)])
+    assert len({m.topic_name() for m in got if not m.data().startswith(b"k")}) == 3  # round robin reached all
+    keyed = [m for m in got if m.data().startswith(b"k")]
+    assert len({m.topic_name() for m in keyed}) == 1  # one key, one partition
+    assert [m.data() for m in keyed] == [f"k{i}".encode() for i in range(10)]  # in order
+    assert json.loads(urllib.request.urlopen(f"{standalone.web_url}/admin/v2/persistent/{name}/partitions").read())["partitions"] == 3

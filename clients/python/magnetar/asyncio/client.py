@@ -9,8 +9,9 @@ import uuid
 
 from magnetar.asyncio.connection import Connection
 from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPosition
+from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
-from magnetar.errors import AlreadyClosed, ConnectError, InvalidTopicName, MagnetarError, ServiceNotReady, for_code
+from magnetar.errors import AlreadyClosed, ConnectError, MagnetarError, ServiceNotReady, for_code
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
 
@@ -104,19 +105,40 @@ class AsyncClient:
 
     # ---- factories -------------------------------------------------------------------
 
-    async def create_producer(self, topic: str, **options) -> AsyncProducer:
-        if await self.get_partitions(topic) > 0:
-            raise InvalidTopicName(f"{topic} is partitioned; partitioned producers are not supported by this client yet")
-        producer = AsyncProducer(self, topic, **options)
-        await self._start(producer)
-        return producer
+    async def create_producer(self, topic: str, **options):
+        """A producer; for a partitioned topic one per partition behind a PartitionedProducer."""
+        partitions = await self.get_partitions(topic)
+        if partitions == 0:
+            producer = AsyncProducer(self, topic, **options)
+            await self._start(producer)
+            return producer
+        producers = []
+        for i in range(partitions):
+            producer = AsyncProducer(self, f"{topic}-partition-{i}", partition=i, **options)
+            await self._start(producer)
+            producers.append(producer)
+        wrapper = PartitionedProducer(topic, producers)
+        self._handlers.append(wrapper)
+        return wrapper
 
-    async def subscribe(self, topic: str, subscription_name: str, **options) -> AsyncConsumer:
-        if await self.get_partitions(topic) > 0:
-            raise InvalidTopicName(f"{topic} is partitioned; partitioned consumers are not supported by this client yet")
-        consumer = AsyncConsumer(self, topic, subscription_name, **options)
-        await self._start(consumer)
-        return consumer
+    async def subscribe(self, topic, subscription_name: str, **options):
+        """A consumer of a topic, of every partition of a partitioned topic, or of a list of topics."""
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        expanded: list[tuple[str, int]] = []
+        for name in topics:
+            partitions = await self.get_partitions(name)
+            expanded += [(f"{name}-partition-{i}", i) for i in range(partitions)] if partitions else [(name, -1)]
+        consumers = []
+        for name, index in expanded:
+            consumer = AsyncConsumer(self, name, subscription_name, partition=index, **options)
+            await self._start(consumer)
+            consumers.append(consumer)
+        if isinstance(topic, str) and len(expanded) == 1 and expanded[0][1] < 0:
+            return consumers[0]
+        wrapper = MultiTopicsConsumer(topic if isinstance(topic, str) else ",".join(topics), consumers,
+                                      options.get("receiver_queue_size", 1000))
+        self._handlers.append(wrapper)
+        return wrapper
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = False,
                             receiver_queue_size: int = 1000, reader_name: str | None = None) -> "AsyncReader":
@@ -136,7 +158,7 @@ class AsyncClient:
         self._handlers.append(handler)
 
     async def close(self) -> None:
-        for handler in self._handlers:
+        for handler in reversed(self._handlers):  # wrappers (added after their parts) stop their pumps first
             try:
                 await handler.close()
             except MagnetarError:

@@ -19,6 +19,7 @@ import enum
 import logging
 import uuid
 
+from magnetar.compression import CompressionError, decompress
 from magnetar.errors import AlreadyClosed, MagnetarError, Timeout
 from magnetar.message import Message, MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -122,9 +123,19 @@ class AsyncConsumer:
         redelivery = cmd.redelivery_count
         if md is None:
             return
+        payload = frame.payload
+        if md.compression:
+            try:
+                payload = decompress(md.compression, payload, md.uncompressed_size)
+            except CompressionError as exc:
+                log.error("consumer %s: message %d:%d dropped: %s", self._name, ledger, entry, exc)
+                self.conn.write(T.ACK, ack=pb.CommandAck(consumer_id=self.consumer_id, ack_type=pb.CommandAck.Individual,
+                                                         message_id=[pb.MessageIdData(ledgerId=ledger, entryId=entry)],
+                                                         validation_error=pb.CommandAck.DecompressionError))
+                return
         if md.HasField("num_messages_in_batch"):  # a producer batch (even of one message)
             skip = _acked_indexes(cmd.ack_set, md.num_messages_in_batch)
-            for i, (smm, payload) in enumerate(unpack_batch(frame.payload, md.num_messages_in_batch)):
+            for i, (smm, payload) in enumerate(unpack_batch(payload, md.num_messages_in_batch)):
                 if i in skip or self._skip_before_start(ledger, entry, i):
                     continue
                 msg_id = MessageId(ledger, entry, i, self.partition, md.num_messages_in_batch)
@@ -132,7 +143,7 @@ class AsyncConsumer:
         else:
             if self._skip_before_start(ledger, entry, -1):
                 return
-            self._queue.put_nowait(Message(frame.payload, MessageId(ledger, entry, -1, self.partition), md, None,
+            self._queue.put_nowait(Message(payload, MessageId(ledger, entry, -1, self.partition), md, None,
                                            self._topic, redelivery))
 
     def _skip_before_start(self, ledger: int, entry: int, index: int) -> bool:

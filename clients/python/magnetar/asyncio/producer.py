@@ -18,6 +18,7 @@ import logging
 import time
 from collections import OrderedDict
 
+from magnetar.compression import CompressionType, compress
 from magnetar.errors import AlreadyClosed, MagnetarError, MessageTooBig, ProducerQueueIsFull, Timeout, for_code
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -49,7 +50,7 @@ class AsyncProducer:
                  batching_max_messages: int = 1000, batching_max_allowed_size_in_bytes: int = 128 * 1024,
                  batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
                  max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
-                 initial_sequence_id: int | None = None, partition: int = -1):
+                 initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0):
         self.client = client
         self._topic = topic
         self._name = producer_name
@@ -63,6 +64,7 @@ class AsyncProducer:
         self.block_if_full = block_if_queue_full
         self.access_mode = access_mode
         self.partition = partition
+        self.compression = CompressionType(compression_type)
         self.producer_id = client.next_handler_id()
         self.conn = None
         self.epoch = 0
@@ -180,7 +182,7 @@ class AsyncProducer:
             _fill(md, **fields)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
-            self._enqueue(_Send(seq, seq, 1, encode_headers_and_payload(md, content), [fut]))
+            self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [fut]))
         return await self._with_timeout(fut)
 
     async def _with_timeout(self, fut):
@@ -194,6 +196,13 @@ class AsyncProducer:
     def _metadata(self, seq: int) -> pb.MessageMetadata:
         return pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
 
+    def _encode(self, md, payload: bytes) -> bytes:
+        if self.compression is not CompressionType.NONE:
+            md.compression = int(self.compression)
+            md.uncompressed_size = len(payload)
+            payload = compress(self.compression, payload)
+        return encode_headers_and_payload(md, payload)
+
     def _flush_batch(self) -> None:
         if self._batch_timer is not None:
             self._batch_timer.cancel()
@@ -205,7 +214,7 @@ class AsyncProducer:
         md.num_messages_in_batch = len(batch)
         md.highest_sequence_id = batch[-1][3]
         payload = pack_batch([(smm, content) for smm, content, _, _ in batch])
-        self._enqueue(_Send(batch[0][3], batch[-1][3], len(batch), encode_headers_and_payload(md, payload),
+        self._enqueue(_Send(batch[0][3], batch[-1][3], len(batch), self._encode(md, payload),
                             [fut for _, _, fut, _ in batch], batched=True))
 
     def _enqueue(self, send: _Send) -> None:
