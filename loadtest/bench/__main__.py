@@ -16,6 +16,7 @@ from loadtest.bench.report import write_json
 SUITES = {"ledger": ("loadtest.bench.ledger", None), "broker": ("loadtest.bench.broker", None)}
 SUITES.update({name: ("loadtest.bench.broker", (name,)) for name in ("produce", "latency", "e2e", "catchup", "topics")})
 SUITES["broker-cluster"] = ("loadtest.bench.broker", None)
+SUITES["client"] = ("loadtest.bench.client", None)
 
 
 def main(argv: list[str] | None = None) -> int:

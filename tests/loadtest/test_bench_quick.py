@@ -42,3 +42,15 @@ def test_broker_suite_quick_writes_complete_json(tmp_path):
     assert r["catchup"]["backlog"] == 20_000 and r["catchup"]["msg_per_s"] > 0
     assert r["topics"]["topics"] == 50 and r["topics"]["rss_after_mb"] > 0
     assert r["disk_512b"]["fsyncs_per_s"] > 0 and r["config"]["deployment"] == "broker standalone"
+
+
+def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path):
+    out = tmp_path / "client.json"
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "client", "--quick", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    r = json.loads(out.read_text())["results"]
+    for side in ("magnetar", "official"):
+        assert r[side]["consume_msg_per_s"] > 0
+    assert r["magnetar"]["produce_msg_per_s"] > 0 and r["official"]["msg_per_s"] > 0
+    assert r["produce_ratio"] == r["magnetar"]["produce_msg_per_s"] / r["official"]["msg_per_s"]

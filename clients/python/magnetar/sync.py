@@ -75,7 +75,7 @@ class Producer(_Facade):
 
         async def go():
             try:
-                mid = await self._inner.send_async(content, **kwargs)
+                mid = await self._inner.send(content, **kwargs)
             except Exception as exc:  # handed to the callback, as the official client does
                 if callback:
                     callback(exc, None)

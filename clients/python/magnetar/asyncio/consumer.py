@@ -165,7 +165,9 @@ class AsyncConsumer:
         if self.closed:
             raise AlreadyClosed(f"consumer on {self._topic} is closed")
         try:
-            if timeout_millis is None:
+            if not self._queue.empty():
+                msg = self._queue.get_nowait()  # the common case under load: no timer, no task
+            elif timeout_millis is None:
                 msg = await self._queue.get()
             else:
                 msg = await asyncio.wait_for(self._queue.get(), timeout_millis / 1000)

@@ -40,8 +40,8 @@ class PartitionedProducer:
     async def send(self, content: bytes, **kwargs):
         return await self._route(kwargs.get("partition_key")).send(content, **kwargs)
 
-    async def send_async(self, content: bytes, **kwargs):
-        return await self._route(kwargs.get("partition_key")).send_async(content, **kwargs)
+    def send_async(self, content: bytes, **kwargs) -> asyncio.Future:
+        return self._route(kwargs.get("partition_key")).send_async(content, **kwargs)
 
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self.producers))

@@ -31,12 +31,13 @@ T = pb.BaseCommand
 class _Send:
     """One SEND on the wire: a single message or a batch, with the futures waiting for its receipt."""
 
-    __slots__ = ("sequence_id", "highest_sequence_id", "count", "headers_and_payload", "futures", "batched")
+    __slots__ = ("sequence_id", "highest_sequence_id", "count", "headers_and_payload", "futures", "batched", "created")
 
     def __init__(self, sequence_id, highest_sequence_id, count, headers_and_payload, futures, batched=False):
         self.sequence_id, self.highest_sequence_id = sequence_id, highest_sequence_id
         self.count, self.headers_and_payload, self.futures = count, headers_and_payload, futures
         self.batched = batched
+        self.created = time.monotonic()
 
     def command(self, producer_id: int):
         send = pb.CommandSend(producer_id=producer_id, sequence_id=self.sequence_id, num_messages=self.count)
@@ -77,6 +78,7 @@ class AsyncProducer:
         self._batch: list = []
         self._batch_bytes = 0
         self._batch_timer: asyncio.TimerHandle | None = None
+        self._timeout_timer: asyncio.TimerHandle | None = None
         self._reconnecting: asyncio.Task | None = None
         self._ready = asyncio.Event()
         self.closed = False
@@ -142,56 +144,86 @@ class AsyncProducer:
         return self._last_seq_published
 
     async def send(self, content: bytes, **kwargs) -> MessageId:
+        """Send and wait until the broker has stored the message. Waits for room when the queue is full and
+        ``block_if_queue_full``; raises ProducerQueueIsFull otherwise."""
+        while self._queue_full():
+            if not self.block_if_full:
+                raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
+            self._space.clear()
+            await self._space.wait()
         return await self.send_async(content, **kwargs)
 
-    async def send_async(self, content: bytes, *, properties=None, partition_key=None, ordering_key=None,
-                         sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> MessageId:
-        """Queue a message; resolves to its MessageId once the broker has stored it."""
+    def _queue_full(self) -> bool:
+        return self._pending_messages + len(self._batch) >= self.max_pending
+
+    def send_async(self, content: bytes, *, properties=None, partition_key=None, ordering_key=None,
+                   sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> asyncio.Future:
+        """Queue a message now, without a task per message; the returned future resolves to its MessageId.
+
+        Raises AlreadyClosed, MessageTooBig, and ProducerQueueIsFull when the pending queue is full
+        (callers that want to wait for room use ``await send(...)``). A send older than
+        ``send_timeout_millis`` fails with Timeout.
+        """
         if self.closed:
             raise AlreadyClosed(f"producer on {self._topic} is closed")
         content = bytes(content)
         if len(content) > self.client.max_message_size:
             raise MessageTooBig(f"message of {len(content)} bytes exceeds the maximum of {self.client.max_message_size}")
-        while self._pending_messages + len(self._batch) >= self.max_pending:
-            if not self.block_if_full:
-                raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
-            self._space.clear()
-            await self._space.wait()
+        if self._queue_full():
+            raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
         seq = self._next_seq if sequence_id is None else sequence_id
         self._next_seq = max(self._next_seq, seq + 1)
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._arm_timeouts(loop)
         deliver_at_ms = None
         if deliver_after is not None:
             deliver_at_ms = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
         elif deliver_at is not None:
             deliver_at_ms = int(deliver_at)
-        fields = dict(properties=properties, partition_key=partition_key, ordering_key=ordering_key,
-                      event_timestamp=event_timestamp)
+        keyed = properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
         if self.batching and deliver_at_ms is None:
             smm = pb.SingleMessageMetadata(payload_size=len(content), sequence_id=seq)
-            _fill(smm, **fields)
+            if keyed:
+                _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
+                      event_timestamp=event_timestamp)
             self._batch.append((smm, content, fut, seq))
             self._batch_bytes += len(content)
             if len(self._batch) >= self.batch_max_messages or self._batch_bytes >= self.batch_max_bytes:
                 self._flush_batch()
             elif self._batch_timer is None:
-                self._batch_timer = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush_batch)
+                self._batch_timer = loop.call_later(self.batch_delay_s, self._flush_batch)
         else:
             self._flush_batch()  # keep order with anything batched before
             md = self._metadata(seq)
-            _fill(md, **fields)
+            _fill(md, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
+                  event_timestamp=event_timestamp)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
             self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [fut]))
-        return await self._with_timeout(fut)
+        return fut
 
-    async def _with_timeout(self, fut):
-        if self.send_timeout_s is None:
-            return await fut
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.send_timeout_s)
-        except asyncio.TimeoutError as exc:
-            raise Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s") from exc
+    def _arm_timeouts(self, loop) -> None:
+        """One timer per producer (not per message) fails sends older than the send timeout."""
+        if self.send_timeout_s is None or self._timeout_timer is not None:
+            return
+        self._timeout_timer = loop.call_later(min(1.0, self.send_timeout_s), self._expire)
+
+    def _expire(self) -> None:
+        self._timeout_timer = None
+        deadline = time.monotonic() - self.send_timeout_s
+        while self._pending:
+            seq, send = next(iter(self._pending.items()))
+            if send.created > deadline:
+                break
+            self._pending.pop(seq)
+            self._pending_messages -= send.count
+            for fut in send.futures:
+                if not fut.done():
+                    fut.set_exception(Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s"))
+            self._space.set()
+        if self._pending or self._batch:
+            self._arm_timeouts(asyncio.get_running_loop())
 
     def _metadata(self, seq: int) -> pb.MessageMetadata:
         return pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
