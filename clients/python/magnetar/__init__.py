@@ -4,12 +4,13 @@
 the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
-from magnetar.asyncio.consumer import ConsumerType, InitialPosition
+from magnetar.asyncio.consumer import ConsumerType, DeadLetterPolicy, InitialPosition
+from magnetar.asyncio.producer import ProducerAccessMode
 from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
 from magnetar.errors import MagnetarError
 from magnetar.message import Message, MessageId
 from magnetar.sync import Client, Consumer, Producer, Reader
 
-__all__ = ["Client", "CompressionType", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+__all__ = ["Client", "CompressionType", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader"]

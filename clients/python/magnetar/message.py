@@ -85,12 +85,13 @@ MessageId.latest = MessageId((1 << 63) - 1, (1 << 63) - 1)
 class Message:
     """A received message."""
 
-    __slots__ = ("_data", "_id", "_metadata", "_single", "_topic", "_redelivery_count")
+    __slots__ = ("_data", "_id", "_metadata", "_single", "_topic", "_redelivery_count", "chunks")
 
     def __init__(self, data: bytes, message_id: MessageId, metadata: pb.MessageMetadata,
                  single: pb.SingleMessageMetadata | None, topic: str, redelivery_count: int):
         self._data, self._id, self._metadata, self._single = data, message_id, metadata, single
         self._topic, self._redelivery_count = topic, redelivery_count
+        self.chunks: list[tuple[int, int]] = []  # earlier chunk entries of a chunked message (acked with it)
 
     def data(self) -> bytes:
         return self._data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from magnetar.asyncio.client import AsyncClient
 from magnetar.errors import AlreadyClosed
@@ -31,8 +32,14 @@ class Client:
     def create_producer(self, topic: str, **options) -> "Producer":
         return Producer(self, self._run(self._async.create_producer(topic, **options)))
 
-    def subscribe(self, topic: str, subscription_name: str, **options) -> "Consumer":
-        return Consumer(self, self._run(self._async.subscribe(topic, subscription_name, **options)))
+    def subscribe(self, topic, subscription_name: str, message_listener=None, **options) -> "Consumer":
+        """``message_listener(consumer, message)`` runs on a thread of its own, in message order, and may block."""
+        consumer = Consumer(self, self._run(self._async.subscribe(topic, subscription_name, **options)))
+        if message_listener is not None:
+            consumer._listener_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magnetar-listener")
+            self._loop.call_soon_threadsafe(consumer._inner.start_listener,
+                                            lambda msg: message_listener(consumer, msg), consumer._listener_pool)
+        return consumer
 
     def create_reader(self, topic: str, start_message_id, **options) -> "Reader":
         return Reader(self, self._run(self._async.create_reader(topic, start_message_id, **options)))

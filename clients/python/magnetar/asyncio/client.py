@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import random
 import uuid
 
@@ -11,7 +12,9 @@ from magnetar.asyncio.connection import Connection
 from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPosition
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
-from magnetar.errors import AlreadyClosed, ConnectError, MagnetarError, ServiceNotReady, for_code
+from magnetar.errors import (
+    AlreadyClosed, ConnectError, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound, for_code,
+)
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
 
@@ -123,6 +126,11 @@ class AsyncClient:
 
     async def subscribe(self, topic, subscription_name: str, **options):
         """A consumer of a topic, of every partition of a partitioned topic, or of a list of topics."""
+        if isinstance(topic, re.Pattern):
+            topics = await self._topics_matching(topic)
+            if not topics:
+                raise TopicNotFound(f"no topic matches {topic.pattern!r}")
+            topic = topics
         topics = [topic] if isinstance(topic, str) else list(topic)
         expanded: list[tuple[str, int]] = []
         for name in topics:
@@ -139,6 +147,16 @@ class AsyncClient:
                                       options.get("receiver_queue_size", 1000))
         self._handlers.append(wrapper)
         return wrapper
+
+    async def _topics_matching(self, pattern: re.Pattern) -> list[str]:
+        """Topics of the pattern's namespace (GET_TOPICS_OF_NAMESPACE) whose full name matches it."""
+        m = re.match(r"^(persistent://)?([^/]+)/([^/]+)/", pattern.pattern)
+        if not m:
+            raise InvalidTopicName(f"a topics pattern must start with persistent://<tenant>/<namespace>/, got {pattern.pattern!r}")
+        conn = await self.connection(self.service_address)
+        resp = await conn.request(T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", pb.CommandGetTopicsOfNamespace(
+            request_id=conn.next_request_id(), namespace=f"{m.group(2)}/{m.group(3)}"))
+        return sorted(t for t in resp.topics if pattern.fullmatch(t))
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = False,
                             receiver_queue_size: int = 1000, reader_name: str | None = None) -> "AsyncReader":

@@ -30,7 +30,7 @@ _RESPONSES = {
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, address: str, operation_timeout_s: float):
+    def __init__(self, address: str, operation_timeout_s: float, keep_alive_s: float = 30.0):
         self.address = address
         self.operation_timeout_s = operation_timeout_s
         self.decoder = FrameDecoder()
@@ -41,6 +41,9 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future] = {}
         self._connected: asyncio.Future | None = None
         self._request_ids = itertools.count()
+        self.keep_alive_s = keep_alive_s
+        self._last_received = 0.0
+        self._keep_alive: asyncio.TimerHandle | None = None
         self.closed = False
 
     @classmethod
@@ -65,8 +68,26 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        loop = asyncio.get_running_loop()
+        self._last_received = loop.time()
+        self._keep_alive = loop.call_later(self.keep_alive_s, self._keep_alive_tick)
+
+    def _keep_alive_tick(self) -> None:
+        """PING when idle; a broker silent for two intervals is presumed gone (handlers reconnect)."""
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        idle = loop.time() - self._last_received
+        if idle >= 2 * self.keep_alive_s:
+            log.warning("no traffic from %s for %.0f s: closing the connection", self.address, idle)
+            self.close()
+            return
+        if idle >= self.keep_alive_s:
+            self.write(T.PING, ping=pb.CommandPing())
+        self._keep_alive = loop.call_later(self.keep_alive_s, self._keep_alive_tick)
 
     def data_received(self, data: bytes) -> None:
+        self._last_received = asyncio.get_running_loop().time()
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -78,6 +99,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self._keep_alive is not None:
+            self._keep_alive.cancel()
         err = ConnectError(f"connection to {self.address} lost")
         if self._connected is not None and not self._connected.done():
             self._connected.set_exception(err)

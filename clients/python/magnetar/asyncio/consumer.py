@@ -36,6 +36,17 @@ class ConsumerType(enum.IntEnum):
     KeyShared = 3
 
 
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to ``dead_letter_topic``
+    (default ``<topic>-<subscription>-DLQ``) instead of coming back."""
+
+    def __init__(self, max_redeliver_count: int, dead_letter_topic: str | None = None):
+        if max_redeliver_count < 1:
+            raise ValueError("max_redeliver_count must be >= 1")
+        self.max_redeliver_count = max_redeliver_count
+        self.dead_letter_topic = dead_letter_topic
+
+
 class InitialPosition(enum.IntEnum):
     Latest = 0
     Earliest = 1
@@ -46,7 +57,8 @@ class AsyncConsumer:
                  initial_position=InitialPosition.Latest, receiver_queue_size: int = 1000, consumer_name=None,
                  negative_ack_redelivery_delay_ms: int = 60_000, durable: bool = True,
                  start_message_id: MessageId | None = None, start_message_id_inclusive: bool = False,
-                 priority_level: int = 0, partition: int = -1):
+                 priority_level: int = 0, partition: int = -1, unacked_messages_timeout_ms: int | None = None,
+                 dead_letter_policy: "DeadLetterPolicy | None" = None):
         self.client = client
         self._topic = topic
         self._subscription = subscription_name
@@ -60,6 +72,13 @@ class AsyncConsumer:
         self.start_inclusive = start_message_id_inclusive
         self.priority_level = priority_level
         self.partition = partition
+        self.ack_timeout_s = unacked_messages_timeout_ms / 1000 if unacked_messages_timeout_ms else None
+        self.dead_letter = dead_letter_policy
+        self._dlq_producer = None
+        self._unacked: dict[tuple, tuple[float, Message]] = {}  # (ledger, entry, index) -> (received at, message)
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._chunks: dict[str, list] = {}  # uuid -> [(payload, ledger, entry)] of a chunked message in progress
+        self._listener_task: asyncio.Task | None = None
         self.consumer_id = client.next_handler_id()
         self.conn = None
         self._queue: asyncio.Queue[Message] = asyncio.Queue()
@@ -143,8 +162,22 @@ class AsyncConsumer:
         else:
             if self._skip_before_start(ledger, entry, -1):
                 return
-            self._queue.put_nowait(Message(payload, MessageId(ledger, entry, -1, self.partition), md, None,
-                                           self._topic, redelivery))
+            chunk_ids: list[tuple[int, int]] = []
+            if md.HasField("num_chunks_from_msg") and md.num_chunks_from_msg > 1:
+                parts = self._chunks.setdefault(md.uuid, [])
+                if md.chunk_id != len(parts):  # a chunk out of place (e.g. redelivered): start this message over
+                    parts.clear()
+                    if md.chunk_id != 0:
+                        return
+                parts.append((payload, ledger, entry))
+                if md.chunk_id < md.num_chunks_from_msg - 1:
+                    return
+                del self._chunks[md.uuid]
+                payload = b"".join(p for p, _, _ in parts)
+                chunk_ids = [(l, e) for _, l, e in parts[:-1]]
+            msg = Message(payload, MessageId(ledger, entry, -1, self.partition), md, None, self._topic, redelivery)
+            msg.chunks = chunk_ids
+            self._queue.put_nowait(msg)
 
     def _skip_before_start(self, ledger: int, entry: int, index: int) -> bool:
         """A reader drops what lies before its start id (and the start itself unless inclusive)."""
@@ -178,6 +211,10 @@ class AsyncConsumer:
 
     def _message_taken(self, msg: Message) -> None:
         self._last_dequeued = msg.message_id()
+        if self.ack_timeout_s is not None:
+            self._unacked[msg.message_id()._key()] = (asyncio.get_running_loop().time(), msg)
+            if self._ack_timer is None:
+                self._ack_timer = asyncio.get_running_loop().call_later(self.ack_timeout_s / 2, self._check_ack_timeouts)
         self._delivered_since_flow += 1
         if self._delivered_since_flow >= max(1, self.queue_size // 2) and self.conn is not None and not self.conn.closed:
             self.conn.write(T.FLOW, flow=pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=self._delivered_since_flow))
@@ -199,8 +236,52 @@ class AsyncConsumer:
     def _id_of(self, msg_or_id) -> MessageId:
         return msg_or_id.message_id() if isinstance(msg_or_id, Message) else msg_or_id
 
+    def _check_ack_timeouts(self) -> None:
+        """Redeliver messages received more than the ack timeout ago and not acknowledged (Pulsar's ack timeout)."""
+        self._ack_timer = None
+        if self.closed:
+            return
+        now = asyncio.get_running_loop().time()
+        expired = [msg for at, msg in self._unacked.values() if now - at >= self.ack_timeout_s]
+        for msg in expired:
+            self._unacked.pop(msg.message_id()._key(), None)
+        if expired:
+            self._redeliver(expired)
+        if self._unacked:
+            self._ack_timer = asyncio.get_running_loop().call_later(self.ack_timeout_s / 2, self._check_ack_timeouts)
+
+    def _redeliver(self, messages: list[Message]) -> None:
+        """Ask for these messages again -- or, past the dead-letter policy's count, move them to the DLQ topic."""
+        again = []
+        for msg in messages:
+            if self.dead_letter is not None and msg.redelivery_count() >= self.dead_letter.max_redeliver_count:
+                asyncio.get_running_loop().create_task(self._to_dead_letter(msg))
+            else:
+                again.append(msg.message_id())
+        if again and self.conn is not None and not self.conn.closed:
+            ids = sorted({(m.ledger_id(), m.entry_id()) for m in again})
+            self.conn.write(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(
+                consumer_id=self.consumer_id, message_ids=[pb.MessageIdData(ledgerId=l, entryId=e) for l, e in ids]))
+
+    async def _to_dead_letter(self, msg: Message) -> None:
+        topic = self.dead_letter.dead_letter_topic or f"{self._topic}-{self._subscription}-DLQ"
+        try:
+            if self._dlq_producer is None:
+                self._dlq_producer = await self.client.create_producer(topic)
+            props = dict(msg.properties())
+            props.setdefault("REAL_TOPIC", self._topic)
+            props.setdefault("ORIGIN_MESSAGE_ID", str(msg.message_id()))
+            await self._dlq_producer.send(msg.data(), properties=props, partition_key=msg.partition_key() or None)
+            await self.acknowledge(msg)
+        except MagnetarError as exc:
+            log.warning("consumer %s: moving %s to %s failed (%s); it will be redelivered", self._name,
+                        msg.message_id(), topic, exc)
+
     async def acknowledge(self, msg_or_id) -> None:
         mid = self._id_of(msg_or_id)
+        self._unacked.pop(mid._key(), None)
+        for ledger, entry in getattr(msg_or_id, "chunks", None) or ():
+            self._send_ack(pb.CommandAck.Individual, pb.MessageIdData(ledgerId=ledger, entryId=entry))
         data = pb.MessageIdData(ledgerId=mid.ledger_id(), entryId=mid.entry_id())
         if mid.batch_index() >= 0 and mid.batch_size() > 1:
             acked = self._batch_acks.setdefault((mid.ledger_id(), mid.entry_id()), set())
@@ -227,15 +308,14 @@ class AsyncConsumer:
         if self.conn is not None and not self.conn.closed:
             self.conn.write(T.ACK, ack=pb.CommandAck(consumer_id=self.consumer_id, ack_type=ack_type, message_id=[data]))
 
-    def negative_acknowledge(self, msg_or_id) -> None:
-        mid = self._id_of(msg_or_id)
+    def negative_acknowledge(self, msg: Message) -> None:
+        """Ask for ``msg`` again after ``negative_ack_redelivery_delay_ms`` (or dead-letter it per the policy)."""
+        self._unacked.pop(msg.message_id()._key(), None)
         generation = self._generation
 
         def redeliver():
-            if self.closed or generation != self._generation or self.conn is None or self.conn.closed:
-                return
-            self.conn.write(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(
-                consumer_id=self.consumer_id, message_ids=[pb.MessageIdData(ledgerId=mid.ledger_id(), entryId=mid.entry_id())]))
+            if not self.closed and generation == self._generation:
+                self._redeliver([msg])
 
         asyncio.get_running_loop().call_later(self.nack_delay_s, redeliver)
 
@@ -278,12 +358,21 @@ class AsyncConsumer:
     def consumer_name(self) -> str:
         return self._name
 
+    def start_listener(self, call, executor=None) -> None:
+        """Hand every message, in order, to ``call(msg)`` (the official client's message_listener)."""
+        self._listener_task = start_listener(self, call, executor)
+
     async def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        if self._reconnecting is not None:
-            self._reconnecting.cancel()
+        for pending in (self._listener_task, self._reconnecting):
+            if pending is not None:
+                pending.cancel()
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+        if self._dlq_producer is not None:
+            await self._dlq_producer.close()
         conn = self.conn
         if conn is not None and not conn.closed and conn.consumers.pop(self.consumer_id, None) is not None:
             try:
@@ -291,6 +380,25 @@ class AsyncConsumer:
                                    pb.CommandCloseConsumer(consumer_id=self.consumer_id, request_id=conn.next_request_id()))
             except MagnetarError:
                 pass
+
+
+def start_listener(source, call, executor=None) -> asyncio.Task:
+    """Pump ``source.receive()`` into ``call(msg)``, in order. With an ``executor`` (the sync facade passes a
+    one-thread pool) the listener runs off the event loop and may block."""
+
+    async def pump():
+        loop = asyncio.get_running_loop()
+        while not source.closed:
+            msg = await source.receive()
+            try:
+                if executor is None:
+                    call(msg)
+                else:
+                    await loop.run_in_executor(executor, call, msg)
+            except Exception:  # a failing listener must not stop delivery
+                log.exception("message listener on %s failed", source.topic())
+
+    return asyncio.get_running_loop().create_task(pump())
 
 
 def _bitset(indexes: set[int], size: int) -> list[int]:

@@ -119,6 +119,11 @@ class MultiTopicsConsumer:
     def closed(self) -> bool:
         return all(c.closed for c in self.consumers)
 
+    def start_listener(self, call, executor=None) -> None:
+        from magnetar.asyncio.consumer import start_listener
+
+        self._pumps.append(start_listener(self, call, executor))
+
     async def close(self) -> None:
         for pump in self._pumps:
             pump.cancel()

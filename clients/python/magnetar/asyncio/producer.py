@@ -14,9 +14,10 @@ in order, so nothing acknowledged is lost and nothing is reordered.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
-from collections import OrderedDict
+from collections import deque
 
 from magnetar.compression import CompressionType, compress
 from magnetar.errors import AlreadyClosed, MagnetarError, MessageTooBig, ProducerQueueIsFull, Timeout, for_code
@@ -26,6 +27,13 @@ from magnetar.protocol.frames import command, encode_headers_and_payload, pack_b
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
+
+
+class ProducerAccessMode(enum.IntEnum):
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
 
 
 class _Send:
@@ -51,7 +59,8 @@ class AsyncProducer:
                  batching_max_messages: int = 1000, batching_max_allowed_size_in_bytes: int = 128 * 1024,
                  batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
                  max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
-                 initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0):
+                 initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0,
+                 chunking_enabled: bool = False):
         self.client = client
         self._topic = topic
         self._name = producer_name
@@ -63,16 +72,19 @@ class AsyncProducer:
         self.send_timeout_s = send_timeout_millis / 1000 if send_timeout_millis else None
         self.max_pending = max_pending_messages
         self.block_if_full = block_if_queue_full
-        self.access_mode = access_mode
+        self.access_mode = int(access_mode)
         self.partition = partition
         self.compression = CompressionType(compression_type)
+        if chunking_enabled and batching_enabled:
+            raise ValueError("chunking_enabled needs batching_enabled=False (as in the official client)")
+        self.chunking = chunking_enabled
         self.producer_id = client.next_handler_id()
         self.conn = None
         self.epoch = 0
         self.topic_epoch = None
         self._next_seq = 0 if initial_sequence_id is None else initial_sequence_id + 1
         self._last_seq_published = -1 if initial_sequence_id is None else initial_sequence_id
-        self._pending: OrderedDict[int, _Send] = OrderedDict()
+        self._pending: deque[_Send] = deque()  # in send order; chunks of one message share a sequence id
         self._pending_messages = 0
         self._space = asyncio.Event()
         self._batch: list = []
@@ -107,7 +119,7 @@ class AsyncProducer:
             self._next_seq = success.last_sequence_id + 1
         self._last_seq_published = max(self._last_seq_published, success.last_sequence_id)
         self._ready.set()
-        for send in list(self._pending.values()):  # resend in order after a reconnect
+        for send in list(self._pending):  # resend in order after a reconnect
             self.conn.write_with_payload(send.command(self.producer_id), send.headers_and_payload)
 
     def on_connection_lost(self, conn) -> None:
@@ -167,8 +179,9 @@ class AsyncProducer:
         if self.closed:
             raise AlreadyClosed(f"producer on {self._topic} is closed")
         content = bytes(content)
-        if len(content) > self.client.max_message_size:
-            raise MessageTooBig(f"message of {len(content)} bytes exceeds the maximum of {self.client.max_message_size}")
+        if len(content) > self.client.max_message_size and not self.chunking:
+            raise MessageTooBig(f"message of {len(content)} bytes exceeds the maximum of {self.client.max_message_size}"
+                                " (enable chunking to send it)")
         if self._queue_full():
             raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
         seq = self._next_seq if sequence_id is None else sequence_id
@@ -200,8 +213,25 @@ class AsyncProducer:
                   event_timestamp=event_timestamp)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
-            self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [fut]))
+            if len(content) > self.client.max_message_size:
+                self._enqueue_chunks(md, content, fut)
+            else:
+                self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [fut]))
         return fut
+
+    def _enqueue_chunks(self, md, content: bytes, fut) -> None:
+        """Split a message above the broker's limit into chunks that share its sequence id (Pulsar's chunking)."""
+        room = self.client.max_message_size - 64 * 1024  # leave the metadata room inside the limit
+        chunks = [content[i:i + room] for i in range(0, len(content), room)]
+        md.uuid = f"{self._name}-{md.sequence_id}"
+        md.num_chunks_from_msg = len(chunks)
+        md.total_chunk_msg_size = len(content)
+        for i, chunk in enumerate(chunks):
+            part = pb.MessageMetadata()
+            part.CopyFrom(md)
+            part.chunk_id = i
+            last = i == len(chunks) - 1
+            self._enqueue(_Send(md.sequence_id, md.sequence_id, 1, self._encode(part, chunk), [fut if last else None]))
 
     def _arm_timeouts(self, loop) -> None:
         """One timer per producer (not per message) fails sends older than the send timeout."""
@@ -213,13 +243,13 @@ class AsyncProducer:
         self._timeout_timer = None
         deadline = time.monotonic() - self.send_timeout_s
         while self._pending:
-            seq, send = next(iter(self._pending.items()))
+            send = self._pending[0]
             if send.created > deadline:
                 break
-            self._pending.pop(seq)
+            self._pending.popleft()
             self._pending_messages -= send.count
             for fut in send.futures:
-                if not fut.done():
+                if fut is not None and not fut.done():
                     fut.set_exception(Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s"))
             self._space.set()
         if self._pending or self._batch:
@@ -250,7 +280,7 @@ class AsyncProducer:
                             [fut for _, _, fut, _ in batch], batched=True))
 
     def _enqueue(self, send: _Send) -> None:
-        self._pending[send.sequence_id] = send
+        self._pending.append(send)
         self._pending_messages += send.count
         if self._ready.is_set() and self.conn is not None and not self.conn.closed:
             self.conn.write_with_payload(send.command(self.producer_id), send.headers_and_payload)
@@ -258,27 +288,25 @@ class AsyncProducer:
     async def flush(self) -> None:
         self._flush_batch()
         if self._pending:
-            await asyncio.gather(*(f for s in list(self._pending.values()) for f in s.futures), return_exceptions=True)
+            await asyncio.gather(*(f for s in list(self._pending) for f in s.futures), return_exceptions=True)
 
     # ---- receipts ---------------------------------------------------------------------
 
     def on_receipt(self, receipt) -> None:
-        send = self._pending.get(receipt.sequence_id)
-        if send is None:
-            return
-        # Receipts come in order: anything pending before this one was answered by a duplicate-check.
+        if not any(send.sequence_id == receipt.sequence_id for send in self._pending):
+            return  # a late receipt for something already answered (e.g. before a reconnect)
+        mid = receipt.message_id
+        ledger = mid.ledgerId if mid.ledgerId < 1 << 63 else -1
+        entry = mid.entryId if mid.entryId < 1 << 63 else -1
+        # Receipts come in order: anything pending before this one was answered by a duplicate check.
         while self._pending:
-            seq, first = next(iter(self._pending.items()))
-            self._pending.pop(seq)
+            first = self._pending.popleft()
             self._pending_messages -= first.count
-            mid = receipt.message_id
             for i, fut in enumerate(first.futures):
-                if not fut.done():
-                    fut.set_result(MessageId(mid.ledgerId if mid.ledgerId < 1 << 63 else -1,
-                                             mid.entryId if mid.entryId < 1 << 63 else -1,
-                                             i if first.batched else -1, self.partition))
+                if fut is not None and not fut.done():
+                    fut.set_result(MessageId(ledger, entry, i if first.batched else -1, self.partition))
             self._last_seq_published = max(self._last_seq_published, first.highest_sequence_id)
-            if seq == receipt.sequence_id:
+            if first.sequence_id == receipt.sequence_id:
                 break
         self._space.set()
 
@@ -287,18 +315,19 @@ class AsyncProducer:
         if exc.retriable:
             self.on_connection_lost(self.conn)  # reconnect and resend, as the official client does
             return
-        send = self._pending.pop(error.sequence_id, None)
-        if send is not None:
-            self._pending_messages -= send.count
-            for fut in send.futures:
-                if not fut.done():
-                    fut.set_exception(exc)
+        for send in list(self._pending):
+            if send.sequence_id == error.sequence_id:
+                self._pending.remove(send)
+                self._pending_messages -= send.count
+                for fut in send.futures:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(exc)
         self._space.set()
 
     def _fail_pending(self, exc: BaseException) -> None:
-        for send in self._pending.values():
+        for send in self._pending:
             for fut in send.futures:
-                if not fut.done():
+                if fut is not None and not fut.done():
                     fut.set_exception(exc)
         self._pending.clear()
         self._pending_messages = 0
