@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 
-import pulsar
+import pulsar  # noqa: F401 (one of the two clients these tests drive)
+import pytest
 
 from tests.official_client.support import assert_nothing_more, payloads, receive_n
+
+
+
+@pytest.fixture(params=["pulsar", "magnetar"])
+def api(request):
+    """Each test here runs with the official client and with magnetar (same API shape)."""
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture
+def client(standalone, api):
+    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
+    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
+    yield c
+    c.close()
 
 
 def _produce(client, topic, n, batching=False):
@@ -19,16 +36,16 @@ def _read_all(reader, n, timeout_ms=5000):
     return [reader.read_next(timeout_millis=timeout_ms).data() for _ in range(n)]
 
 
-def test_reader_from_earliest_sees_everything(client, topic):
+def test_reader_from_earliest_sees_everything(client, topic, api):
     _produce(client, topic, 5)
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    reader = client.create_reader(topic, api.MessageId.earliest)
     assert _read_all(reader, 5) == [b"0", b"1", b"2", b"3", b"4"]
     assert not reader.has_message_available()
 
 
-def test_reader_from_latest_sees_only_new_messages(client, topic):
+def test_reader_from_latest_sees_only_new_messages(client, topic, api):
     producer, _ = _produce(client, topic, 3)
-    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    reader = client.create_reader(topic, api.MessageId.latest)
     assert not reader.has_message_available()
     producer.send(b"new")
     assert reader.read_next(timeout_millis=5000).data() == b"new"
@@ -42,9 +59,9 @@ def test_reader_from_a_given_id_exclusive_and_inclusive(client, topic):
     assert _read_all(inclusive, 3) == [b"2", b"3", b"4"]
 
 
-def test_has_message_available_tracks_the_tail(client, topic):
+def test_has_message_available_tracks_the_tail(client, topic, api):
     producer, _ = _produce(client, topic, 2, batching=True)
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    reader = client.create_reader(topic, api.MessageId.earliest)
     assert reader.has_message_available()
     _read_all(reader, 2)
     assert not reader.has_message_available()
@@ -59,8 +76,8 @@ def test_get_last_message_id_matches_the_last_send(client, topic):
     assert (last.ledger_id(), last.entry_id()) == (ids[-1].ledger_id(), ids[-1].entry_id())
 
 
-def test_seek_by_message_id_replays_from_there(client, topic):
-    consumer = client.subscribe(topic, "seek", initial_position=pulsar.InitialPosition.Earliest)
+def test_seek_by_message_id_replays_from_there(client, topic, api):
+    consumer = client.subscribe(topic, "seek", initial_position=api.InitialPosition.Earliest)
     _, ids = _produce(client, topic, 6)
     receive_n(consumer, 6)
     consumer.seek(ids[3])
@@ -70,8 +87,8 @@ def test_seek_by_message_id_replays_from_there(client, topic):
     assert_nothing_more(consumer)
 
 
-def test_seek_by_publish_time(client, topic):
-    consumer = client.subscribe(topic, "seek-time", initial_position=pulsar.InitialPosition.Earliest)
+def test_seek_by_publish_time(client, topic, api):
+    consumer = client.subscribe(topic, "seek-time", initial_position=api.InitialPosition.Earliest)
     producer = client.create_producer(topic)
     for i in range(3):
         producer.send(f"old-{i}".encode())
@@ -88,8 +105,8 @@ def test_seek_by_publish_time(client, topic):
     assert_nothing_more(consumer)
 
 
-def test_reader_seek_to_earliest(client, topic):
+def test_reader_seek_to_earliest(client, topic, api):
     _produce(client, topic, 3)
-    reader = client.create_reader(topic, pulsar.MessageId.latest)
-    reader.seek(pulsar.MessageId.earliest)
+    reader = client.create_reader(topic, api.MessageId.latest)
+    reader.seek(api.MessageId.earliest)
     assert _read_all(reader, 3) == [b"0", b"1", b"2"]

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from datetime import timedelta
 
-import pulsar
+import pulsar  # noqa: F401 (one of the two clients these tests drive)
+import pytest
 
-from tests.official_client.support import assert_nothing_more, payloads, receive_n
+from tests.official_client.support import TIMEOUTS, assert_nothing_more, payloads, receive_n
 
 
-def test_negative_ack_redelivers_with_a_growing_redelivery_count(client, topic):
-    consumer = client.subscribe(topic, "nack", consumer_type=pulsar.ConsumerType.Shared,
+
+@pytest.fixture(params=["pulsar", "magnetar"])
+def api(request):
+    """Each test here runs with the official client and with magnetar (same API shape)."""
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture
+def client(standalone, api):
+    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
+    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
+    yield c
+    c.close()
+
+
+def test_negative_ack_redelivers_with_a_growing_redelivery_count(client, topic, api):
+    consumer = client.subscribe(topic, "nack", consumer_type=api.ConsumerType.Shared,
                                 negative_ack_redelivery_delay_ms=100)
     producer = client.create_producer(topic)
     producer.send(b"retry me")
@@ -26,8 +43,8 @@ def test_negative_ack_redelivers_with_a_growing_redelivery_count(client, topic):
     assert msg.data() == b"retry me"
 
 
-def test_ack_timeout_redelivers_unacked_messages(client, topic):
-    consumer = client.subscribe(topic, "ackto", consumer_type=pulsar.ConsumerType.Shared,
+def test_ack_timeout_redelivers_unacked_messages(client, topic, api):
+    consumer = client.subscribe(topic, "ackto", consumer_type=api.ConsumerType.Shared,
                                 unacked_messages_timeout_ms=10_000)
     producer = client.create_producer(topic)
     producer.send(b"a")
@@ -38,12 +55,12 @@ def test_ack_timeout_redelivers_unacked_messages(client, topic):
     assert again.data() == first[1].data() and again.redelivery_count() >= 1
 
 
-def test_dead_letter_topic_after_max_redeliveries(client, topic):
+def test_dead_letter_topic_after_max_redeliveries(client, topic, api):
     dlq = topic + "-DLQ"
-    dlq_consumer = client.subscribe(dlq, "dlq-watch", initial_position=pulsar.InitialPosition.Earliest)
+    dlq_consumer = client.subscribe(dlq, "dlq-watch", initial_position=api.InitialPosition.Earliest)
     consumer = client.subscribe(
-        topic, "dl", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100,
-        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=2, dead_letter_topic=dlq),
+        topic, "dl", consumer_type=api.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=api.ConsumerDeadLetterPolicy(max_redeliver_count=2, dead_letter_topic=dlq),
     )
     producer = client.create_producer(topic)
     producer.send(b"poison")
@@ -53,7 +70,7 @@ def test_dead_letter_topic_after_max_redeliveries(client, topic):
     while time.monotonic() < deadline:
         try:
             msg = consumer.receive(timeout_millis=200)
-        except pulsar.Timeout:
+        except TIMEOUTS:
             if fine_seen:
                 break
             continue
@@ -67,8 +84,8 @@ def test_dead_letter_topic_after_max_redeliveries(client, topic):
     assert fine_seen
 
 
-def test_delayed_delivery_waits_until_due(client, topic):
-    consumer = client.subscribe(topic, "delayed", consumer_type=pulsar.ConsumerType.Shared)
+def test_delayed_delivery_waits_until_due(client, topic, api):
+    consumer = client.subscribe(topic, "delayed", consumer_type=api.ConsumerType.Shared)
     producer = client.create_producer(topic, batching_enabled=False)
     start = time.time()
     producer.send(b"later", deliver_after=timedelta(seconds=2))

@@ -2,30 +2,46 @@
 
 from __future__ import annotations
 
+import importlib
 import collections
 import time
 
-import pulsar
+import pulsar  # noqa: F401 (one of the two clients these tests drive)
 import pytest
 
-from tests.official_client.support import assert_nothing_more, payloads, receive_n
+from tests.official_client.support import TIMEOUTS, assert_nothing_more, payloads, receive_n
 
 
-def test_exclusive_refuses_a_second_consumer(client, topic):
-    client.subscribe(topic, "ex", consumer_type=pulsar.ConsumerType.Exclusive)
-    with pytest.raises(pulsar.ConsumerBusy):
-        client.subscribe(topic, "ex", consumer_type=pulsar.ConsumerType.Exclusive)
+
+@pytest.fixture(params=["pulsar", "magnetar"])
+def api(request):
+    """Each test here runs with the official client and with magnetar (same API shape)."""
+    return importlib.import_module(request.param)
 
 
-def test_a_different_subscription_type_is_refused(client, topic):
-    client.subscribe(topic, "typed", consumer_type=pulsar.ConsumerType.Shared)
-    with pytest.raises(pulsar.ConsumerBusy):
-        client.subscribe(topic, "typed", consumer_type=pulsar.ConsumerType.Failover)
+@pytest.fixture
+def client(standalone, api):
+    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
+    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
+    yield c
+    c.close()
 
 
-def test_failover_moves_to_the_standby_when_the_active_consumer_leaves(client, topic):
-    first = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
-    second = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+def test_exclusive_refuses_a_second_consumer(client, topic, api):
+    client.subscribe(topic, "ex", consumer_type=api.ConsumerType.Exclusive)
+    with pytest.raises(api.ConsumerBusy):
+        client.subscribe(topic, "ex", consumer_type=api.ConsumerType.Exclusive)
+
+
+def test_a_different_subscription_type_is_refused(client, topic, api):
+    client.subscribe(topic, "typed", consumer_type=api.ConsumerType.Shared)
+    with pytest.raises(api.ConsumerBusy):
+        client.subscribe(topic, "typed", consumer_type=api.ConsumerType.Failover)
+
+
+def test_failover_moves_to_the_standby_when_the_active_consumer_leaves(client, topic, api):
+    first = client.subscribe(topic, "fo", consumer_type=api.ConsumerType.Failover, consumer_name="a")
+    second = client.subscribe(topic, "fo", consumer_type=api.ConsumerType.Failover, consumer_name="b")
     producer = client.create_producer(topic)
     for i in range(5):
         producer.send(f"{i}".encode())
@@ -38,9 +54,9 @@ def test_failover_moves_to_the_standby_when_the_active_consumer_leaves(client, t
     assert payloads(receive_n(second, 3)) == [b"5", b"6", b"7"]
 
 
-def test_failover_hands_unacked_messages_to_the_new_active_consumer(client, topic):
-    first = client.subscribe(topic, "fo2", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
-    second = client.subscribe(topic, "fo2", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+def test_failover_hands_unacked_messages_to_the_new_active_consumer(client, topic, api):
+    first = client.subscribe(topic, "fo2", consumer_type=api.ConsumerType.Failover, consumer_name="a")
+    second = client.subscribe(topic, "fo2", consumer_type=api.ConsumerType.Failover, consumer_name="b")
     producer = client.create_producer(topic)
     for i in range(4):
         producer.send(f"{i}".encode())
@@ -51,8 +67,8 @@ def test_failover_hands_unacked_messages_to_the_new_active_consumer(client, topi
     assert payloads(receive_n(second, 2)) == [b"2", b"3"]
 
 
-def test_shared_spreads_messages_and_each_is_delivered_once(client, topic):
-    consumers = [client.subscribe(topic, "sh", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
+def test_shared_spreads_messages_and_each_is_delivered_once(client, topic, api):
+    consumers = [client.subscribe(topic, "sh", consumer_type=api.ConsumerType.Shared, receiver_queue_size=10)
                  for _ in range(3)]
     producer = client.create_producer(topic)
     for i in range(300):
@@ -65,7 +81,7 @@ def test_shared_spreads_messages_and_each_is_delivered_once(client, topic):
         for idx, c in enumerate(consumers):
             try:
                 msg = c.receive(timeout_millis=50)
-            except pulsar.Timeout:
+            except TIMEOUTS:
                 continue
             seen[msg.data()] += 1
             per_consumer[idx] += 1
@@ -74,8 +90,8 @@ def test_shared_spreads_messages_and_each_is_delivered_once(client, topic):
     assert all(per_consumer[i] > 0 for i in range(3)), per_consumer
 
 
-def test_key_shared_sends_each_key_to_one_consumer_in_order(client, topic):
-    consumers = [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
+def test_key_shared_sends_each_key_to_one_consumer_in_order(client, topic, api):
+    consumers = [client.subscribe(topic, "ks", consumer_type=api.ConsumerType.KeyShared, consumer_name=f"c{i}")
                  for i in range(3)]
     producer = client.create_producer(topic, batching_enabled=False)
     keys = [f"key-{k}" for k in range(20)]
@@ -90,7 +106,7 @@ def test_key_shared_sends_each_key_to_one_consumer_in_order(client, topic):
         for idx, c in enumerate(consumers):
             try:
                 msg = c.receive(timeout_millis=50)
-            except pulsar.Timeout:
+            except TIMEOUTS:
                 continue
             key = msg.partition_key()
             assert owner.setdefault(key, idx) == idx, f"key {key} went to two consumers"

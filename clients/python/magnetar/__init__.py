@@ -12,5 +12,7 @@ from magnetar.errors import MagnetarError
 from magnetar.message import Message, MessageId
 from magnetar.sync import Client, Consumer, Producer, Reader
 
-__all__ = ["Client", "CompressionType", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+ConsumerDeadLetterPolicy = DeadLetterPolicy  # the official client's name, so code ports by changing the import
+
+__all__ = ["Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader"]

@@ -86,6 +86,7 @@ class AsyncConsumer:
         self._batch_acks: dict[tuple, set[int]] = {}  # (ledger, entry) -> acked batch indexes
         self._last_dequeued: MessageId | None = None
         self._start: tuple[MessageId | None, bool] = (start_message_id, start_message_id_inclusive)
+        self._seek_to: tuple[MessageId, bool] | None = None  # a durable consumer's last seek target
         self._reconnecting: asyncio.Task | None = None
         self._generation = 0
         self.closed = False
@@ -96,7 +97,7 @@ class AsyncConsumer:
         self.conn = await self.client.connection_for(self._topic)
         self.conn.consumers[self.consumer_id] = self
         self._generation += 1
-        self._queue = asyncio.Queue()
+        self._drop_queued()
         self._delivered_since_flow = 0
         req = pb.CommandSubscribe(
             topic=self._topic, subscription=self._subscription, subType=int(self.consumer_type),
@@ -180,10 +181,9 @@ class AsyncConsumer:
             self._queue.put_nowait(msg)
 
     def _skip_before_start(self, ledger: int, entry: int, index: int) -> bool:
-        """A reader drops what lies before its start id (and the start itself unless inclusive)."""
-        if self.durable:
-            return False
-        start, inclusive = self._start
+        """A reader drops what lies before its start id (and the start itself unless inclusive); after a seek
+        to a message id, a consumer drops up to and including that id, as the official clients do."""
+        start, inclusive = self._seek_to if self._seek_to is not None else ((None, False) if self.durable else self._start)
         if start is None or start.ledger_id() < 0 or start.ledger_id() >= (1 << 63) - 1:
             return False
         here, mark = (ledger, entry), (start.ledger_id(), start.entry_id())
@@ -227,6 +227,12 @@ class AsyncConsumer:
             self._message_taken(msg)
             out.append(msg)
         return out
+
+    def _drop_queued(self) -> None:
+        """Forget what was queued but not received (the broker sends it again). The queue object stays the
+        same: a receive() already waiting on it must still get the next message."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
 
     def has_queued(self) -> bool:
         return not self._queue.empty()
@@ -320,7 +326,7 @@ class AsyncConsumer:
         asyncio.get_running_loop().call_later(self.nack_delay_s, redeliver)
 
     async def redeliver_unacknowledged_messages(self) -> None:
-        self._queue = asyncio.Queue()
+        self._drop_queued()
         self.conn.write(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=pb.CommandRedeliverUnacknowledgedMessages(
             consumer_id=self.consumer_id))
 
@@ -331,12 +337,15 @@ class AsyncConsumer:
         req = pb.CommandSeek(consumer_id=self.consumer_id, request_id=self.conn.next_request_id())
         if isinstance(target, MessageId):
             req.message_id.CopyFrom(target.to_proto())
-            if not self.durable:
+            if self.durable:
+                self._seek_to = (target, False)
+            else:
                 self.start_message_id, self.start_inclusive, self._last_dequeued = target, True, None
         else:
             req.message_publish_time = int(target)
+            self._seek_to = None
         await self.conn.request(T.SEEK, "seek", req)
-        self._queue = asyncio.Queue()
+        self._drop_queued()
 
     async def get_last_message_id(self) -> MessageId:
         resp = await self.conn.request(T.GET_LAST_MESSAGE_ID, "getLastMessageId",
