@@ -125,7 +125,9 @@ class Subscription:
         self.dispatcher.on_ack()
 
     async def _ack_individual(self, consumer: Consumer, ids) -> None:
-        whole = []
+        # Every change reaches the cursor's memory before the first await (see ManagedCursor), so a
+        # redelivery decided meanwhile -- e.g. the consumer closing right after acking -- already sees it.
+        persisted, whole = [], []
         for position, ack_set, batch_size in ids:
             if ack_set is not None:
                 # The official C++ client sends the bitset without the batch size: we know it from what we sent.
@@ -135,16 +137,18 @@ class Subscription:
                 remaining = longs_to_bitset(ack_set, batch_size)
                 if remaining:
                     acked = set(range(batch_size)) - remaining
-                    await self.cursor.delete_batch_indexes(position, acked, batch_size)
+                    persisted.append(self.cursor.delete_batch_indexes(position, acked, batch_size))
                     consumer.pending.ack_batch_indexes(position, acked)
                     if self.cursor.is_deleted(position):
                         self._forget(consumer, position)
                     continue
             whole.append(position)
         if whole:
-            await self.cursor.delete(whole)
+            persisted.append(self.cursor.delete(whole))
             for position in whole:
                 self._forget(consumer, position)
+        for fut in persisted:
+            await fut
 
     async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
         if ack_set is not None:
@@ -152,8 +156,9 @@ class Subscription:
         if ack_set is not None and batch_size > 0 and longs_to_bitset(ack_set, batch_size):
             # Part of this batch is acked: ack those indexes, and everything before the entry in full.
             remaining = longs_to_bitset(ack_set, batch_size)
-            await self.cursor.delete_batch_indexes(position, set(range(batch_size)) - remaining, batch_size)
+            partial = self.cursor.delete_batch_indexes(position, set(range(batch_size)) - remaining, batch_size)
             if position.entry_id == 0:
+                await partial
                 return
             position = Position(position.ledger_id, position.entry_id - 1)
         if position > self.cursor.mark_delete_position:

@@ -173,7 +173,10 @@ class ManagedCursor:
             raise ManagedLedgerClosedError(f"cursor {self.name} of {self.ml.name} is closed")
         self.ml.check_open()
 
-    async def mark_delete(self, position, properties: dict[str, int] | None = None) -> None:
+    # The acknowledgement methods change the in-memory state *when called* and return an awaitable that
+    # resolves once that state is durable: a redelivery decided right after an ack already sees it.
+
+    def mark_delete(self, position, properties: dict[str, int] | None = None) -> asyncio.Future:
         """Everything up to ``position`` is consumed (cumulative ack); ``properties`` are stored with it."""
         self._check()
         position = min(Position(*position), self.ml.last_confirmed_entry)
@@ -181,10 +184,9 @@ class ManagedCursor:
             self.properties = {k: int(v) for k, v in properties.items()}
         if position > self.mark_delete_position:
             self._set_mark_delete(position)
-        await self._persist()
-        self._after_ack()
+        return self._persisted()
 
-    async def delete(self, positions) -> None:
+    def delete(self, positions) -> asyncio.Future:
         """Individual acks: each position is consumed; runs next to the mark-delete position collapse into it."""
         self._check()
         last = self.ml.last_confirmed_entry
@@ -194,21 +196,24 @@ class ManagedCursor:
                 self.deleted.add(p)
                 self.batch_deleted.pop(p, None)
         self._collapse()
-        await self._persist()
-        self._after_ack()
+        return self._persisted()
 
-    async def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> None:
+    def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> asyncio.Future:
         """Ack single messages of a batch entry; the entry is consumed once all ``batch_size`` are."""
+        self._check()
         position = Position(*position)
         if self.is_deleted(position):
-            return
+            return self._persisted()
         acked = self.batch_deleted.setdefault(position, set())
         acked.update(i for i in acked_indexes if 0 <= i < batch_size)
         if len(acked) >= batch_size:
-            await self.delete([position])
-            return
-        self._check()
-        await self._persist()
+            return self.delete([position])
+        return self._persisted()
+
+    def _persisted(self) -> asyncio.Future:
+        fut = self._persist()
+        fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self._after_ack())
+        return fut
 
     def _set_mark_delete(self, position: Position) -> None:
         self.mark_delete_position = position

@@ -101,3 +101,29 @@ def test_exclusive_access_mode(mclient, topic):
     mclient.create_producer(topic, access_mode=magnetar.ProducerAccessMode.Exclusive)
     with pytest.raises(magnetar.ProducerFenced):
         mclient.create_producer(topic, access_mode=magnetar.ProducerAccessMode.Exclusive)
+
+
+def test_key_based_batches_spread_over_key_shared_consumers_in_key_order(mclient, topic):
+    consumers = [mclient.subscribe(topic, "ks", consumer_type=magnetar.ConsumerType.KeyShared, consumer_name=f"c{i}")
+                 for i in range(3)]
+    producer = mclient.create_producer(topic, batching_enabled=True, batching_type=magnetar.BatchingType.KeyBased,
+                                       batching_max_publish_delay_ms=20)
+    for i in range(300):
+        producer.send_async(f"{i}".encode(), None, partition_key=f"key-{i % 12}")
+    producer.flush()
+    owner, order, received = {}, {}, 0
+    deadline = time.monotonic() + 30
+    while received < 300 and time.monotonic() < deadline:
+        for idx, c in enumerate(consumers):
+            try:
+                msg = c.receive(timeout_millis=50)
+            except magnetar.Timeout:
+                continue
+            key = msg.partition_key()
+            assert owner.setdefault(key, idx) == idx, f"{key} reached two consumers"
+            order.setdefault(key, []).append(int(msg.data()))
+            c.acknowledge(msg)
+            received += 1
+    assert received == 300
+    assert all(v == sorted(v) for v in order.values())
+    assert len(set(owner.values())) >= 2  # batches carry their key, so keys spread over consumers

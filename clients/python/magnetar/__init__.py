@@ -5,7 +5,7 @@ the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
 from magnetar.asyncio.consumer import ConsumerType, DeadLetterPolicy, InitialPosition
-from magnetar.asyncio.producer import ProducerAccessMode
+from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
 from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
 from magnetar.errors import MagnetarError
@@ -14,5 +14,5 @@ from magnetar.sync import Client, Consumer, Producer, Reader
 
 ConsumerDeadLetterPolicy = DeadLetterPolicy  # the official client's name, so code ports by changing the import
 
-__all__ = ["Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+__all__ = ["BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader"]

@@ -58,7 +58,7 @@ class AsyncConsumer:
                  negative_ack_redelivery_delay_ms: int = 60_000, durable: bool = True,
                  start_message_id: MessageId | None = None, start_message_id_inclusive: bool = False,
                  priority_level: int = 0, partition: int = -1, unacked_messages_timeout_ms: int | None = None,
-                 dead_letter_policy: "DeadLetterPolicy | None" = None):
+                 dead_letter_policy: "DeadLetterPolicy | None" = None, ack_group_time_ms: int = 100):
         self.client = client
         self._topic = topic
         self._subscription = subscription_name
@@ -79,6 +79,9 @@ class AsyncConsumer:
         self._ack_timer: asyncio.TimerHandle | None = None
         self._chunks: dict[str, list] = {}  # uuid -> [(payload, ledger, entry)] of a chunked message in progress
         self._listener_task: asyncio.Task | None = None
+        self.ack_group_time_s = ack_group_time_ms / 1000
+        self._ack_group: list = []
+        self._ack_timer_group: asyncio.TimerHandle | None = None
         self.consumer_id = client.next_handler_id()
         self.conn = None
         self._queue: asyncio.Queue[Message] = asyncio.Queue()
@@ -309,10 +312,31 @@ class AsyncConsumer:
         self._send_ack(pb.CommandAck.Cumulative, data)
 
     def _send_ack(self, ack_type, data) -> None:
+        """Individual acks are grouped for ``ack_group_time_ms`` (up to 1,000 ids per ACK), as the official
+        client does; a cumulative ack flushes the group and goes at once."""
         if self.closed:
             raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        if ack_type == pb.CommandAck.Individual and self.ack_group_time_s > 0:
+            self._ack_group.append(data)
+            if len(self._ack_group) >= 1000:
+                self._flush_acks()
+            elif self._ack_timer_group is None:
+                self._ack_timer_group = asyncio.get_running_loop().call_later(self.ack_group_time_s, self._flush_acks)
+            return
+        self._flush_acks()
+        self._write_ack(ack_type, [data])
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer_group is not None:
+            self._ack_timer_group.cancel()
+            self._ack_timer_group = None
+        group, self._ack_group = self._ack_group, []
+        if group:
+            self._write_ack(pb.CommandAck.Individual, group)
+
+    def _write_ack(self, ack_type, ids) -> None:
         if self.conn is not None and not self.conn.closed:
-            self.conn.write(T.ACK, ack=pb.CommandAck(consumer_id=self.consumer_id, ack_type=ack_type, message_id=[data]))
+            self.conn.write(T.ACK, ack=pb.CommandAck(consumer_id=self.consumer_id, ack_type=ack_type, message_id=ids))
 
     def negative_acknowledge(self, msg: Message) -> None:
         """Ask for ``msg`` again after ``negative_ack_redelivery_delay_ms`` (or dead-letter it per the policy)."""
@@ -374,6 +398,7 @@ class AsyncConsumer:
     async def close(self) -> None:
         if self.closed:
             return
+        self._flush_acks()
         self.closed = True
         for pending in (self._listener_task, self._reconnecting):
             if pending is not None:

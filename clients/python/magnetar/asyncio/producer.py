@@ -36,6 +36,11 @@ class ProducerAccessMode(enum.IntEnum):
     ExclusiveWithFencing = 3
 
 
+class BatchingType(enum.IntEnum):
+    Default = 0
+    KeyBased = 1  # one batch per key, so Key_Shared consumers get whole batches of their keys
+
+
 class _Send:
     """One SEND on the wire: a single message or a batch, with the futures waiting for its receipt."""
 
@@ -60,7 +65,7 @@ class AsyncProducer:
                  batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
                  max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
                  initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0,
-                 chunking_enabled: bool = False):
+                 chunking_enabled: bool = False, batching_type: int = 0):
         self.client = client
         self._topic = topic
         self._name = producer_name
@@ -78,6 +83,7 @@ class AsyncProducer:
         if chunking_enabled and batching_enabled:
             raise ValueError("chunking_enabled needs batching_enabled=False (as in the official client)")
         self.chunking = chunking_enabled
+        self.key_based = BatchingType(batching_type) is BatchingType.KeyBased
         self.producer_id = client.next_handler_id()
         self.conn = None
         self.epoch = 0
@@ -87,8 +93,8 @@ class AsyncProducer:
         self._pending: deque[_Send] = deque()  # in send order; chunks of one message share a sequence id
         self._pending_messages = 0
         self._space = asyncio.Event()
-        self._batch: list = []
-        self._batch_bytes = 0
+        self._batches: dict = {}  # batch key -> [messages, bytes]; one key unless batching is KeyBased
+        self._batched = 0  # messages waiting in batches
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
         self._reconnecting: asyncio.Task | None = None
@@ -166,7 +172,7 @@ class AsyncProducer:
         return await self.send_async(content, **kwargs)
 
     def _queue_full(self) -> bool:
-        return self._pending_messages + len(self._batch) >= self.max_pending
+        return self._pending_messages + self._batched >= self.max_pending
 
     def send_async(self, content: bytes, *, properties=None, partition_key=None, ordering_key=None,
                    sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> asyncio.Future:
@@ -200,10 +206,17 @@ class AsyncProducer:
             if keyed:
                 _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
                       event_timestamp=event_timestamp)
-            self._batch.append((smm, content, fut, seq))
-            self._batch_bytes += len(content)
-            if len(self._batch) >= self.batch_max_messages or self._batch_bytes >= self.batch_max_bytes:
-                self._flush_batch()
+            key = None
+            if self.key_based and ordering_key is not None:
+                key = ("ordering", ordering_key.encode() if isinstance(ordering_key, str) else ordering_key)
+            elif self.key_based and partition_key is not None:
+                key = ("partition", partition_key)
+            batch = self._batches.setdefault(key, [[], 0])
+            batch[0].append((smm, content, fut, seq))
+            batch[1] += len(content)
+            self._batched += 1
+            if len(batch[0]) >= self.batch_max_messages or batch[1] >= self.batch_max_bytes:
+                self._flush_batch(key)
             elif self._batch_timer is None:
                 self._batch_timer = loop.call_later(self.batch_delay_s, self._flush_batch)
         else:
@@ -252,7 +265,7 @@ class AsyncProducer:
                 if fut is not None and not fut.done():
                     fut.set_exception(Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s"))
             self._space.set()
-        if self._pending or self._batch:
+        if self._pending or self._batched:
             self._arm_timeouts(asyncio.get_running_loop())
 
     def _metadata(self, seq: int) -> pb.MessageMetadata:
@@ -265,19 +278,29 @@ class AsyncProducer:
             payload = compress(self.compression, payload)
         return encode_headers_and_payload(md, payload)
 
-    def _flush_batch(self) -> None:
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        if not self._batch:
-            return
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
-        md = self._metadata(batch[0][3])
-        md.num_messages_in_batch = len(batch)
-        md.highest_sequence_id = batch[-1][3]
-        payload = pack_batch([(smm, content) for smm, content, _, _ in batch])
-        self._enqueue(_Send(batch[0][3], batch[-1][3], len(batch), self._encode(md, payload),
-                            [fut for _, _, fut, _ in batch], batched=True))
+    def _flush_batch(self, key=...) -> None:
+        """Send the batch for ``key`` (every batch when no key is given) as one SEND."""
+        if key is ... or not self._batches.keys() - {key}:
+            if self._batch_timer is not None:
+                self._batch_timer.cancel()
+                self._batch_timer = None
+        keys = list(self._batches) if key is ... else [key]
+        for k in keys:
+            messages, _ = self._batches.pop(k, ([], 0))
+            if not messages:
+                continue
+            self._batched -= len(messages)
+            md = self._metadata(messages[0][3])
+            md.num_messages_in_batch = len(messages)
+            md.highest_sequence_id = messages[-1][3]
+            if k is not None:  # key-based batching: the batch carries its key, so Key_Shared can route it
+                if k[0] == "ordering":
+                    md.ordering_key = k[1]
+                else:
+                    md.partition_key = k[1]
+            payload = pack_batch([(smm, content) for smm, content, _, _ in messages])
+            self._enqueue(_Send(messages[0][3], messages[-1][3], len(messages), self._encode(md, payload),
+                                [fut for _, _, fut, _ in messages], batched=True))
 
     def _enqueue(self, send: _Send) -> None:
         self._pending.append(send)
