@@ -193,3 +193,15 @@ def test_partitioned_topic_routes_by_key_and_round_robin(mclient, standalone, to
     assert len({m.topic_name() for m in keyed}) == 1  # one key, one partition
     assert [m.data() for m in keyed] == [f"k{i}".encode() for i in range(10)]  # in order
     assert json.loads(urllib.request.urlopen(f"{standalone.web_url}/admin/v2/persistent/{name}/partitions").read())["partitions"] == 3
+
+
+def test_unsubscribe_removes_the_subscription(mclient, topic):
+    producer = mclient.create_producer(topic)
+    consumer = mclient.subscribe(topic, "gone")
+    producer.send(b"before")
+    consumer.unsubscribe()
+    producer.send(b"after")
+    consumer = mclient.subscribe(topic, "gone", initial_position=magnetar.InitialPosition.Latest)
+    assert_nothing_more(consumer)
+    producer.send(b"new")
+    assert payloads(receive_n(consumer, 1)) == [b"new"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import urllib.request
 
@@ -12,37 +13,52 @@ import pytest
 from tests.official_client.support import receive_n
 
 
-def test_exclusive_producer_refuses_a_second(client, topic):
-    client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
-    with pytest.raises((pulsar.ProducerFenced, pulsar.ProducerBusy)):
-        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+
+@pytest.fixture(params=["pulsar", "magnetar"])
+def api(request):
+    """Each test here runs with the official client and with magnetar (same API shape)."""
+    return importlib.import_module(request.param)
 
 
-def test_shared_producer_refused_while_an_exclusive_one_holds_the_topic(client, topic):
-    client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
-    with pytest.raises(pulsar.ProducerBusy):
+@pytest.fixture
+def client(standalone, api):
+    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
+    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
+    yield c
+    c.close()
+
+
+def test_exclusive_producer_refuses_a_second(client, topic, api):
+    client.create_producer(topic, access_mode=api.ProducerAccessMode.Exclusive)
+    with pytest.raises((api.ProducerFenced, api.ProducerBusy)):
+        client.create_producer(topic, access_mode=api.ProducerAccessMode.Exclusive)
+
+
+def test_shared_producer_refused_while_an_exclusive_one_holds_the_topic(client, topic, api):
+    client.create_producer(topic, access_mode=api.ProducerAccessMode.Exclusive)
+    with pytest.raises(api.ProducerBusy):
         client.create_producer(topic)
 
 
-def test_exclusive_with_fencing_takes_over(client, topic):
+def test_exclusive_with_fencing_takes_over(client, topic, api):
     consumer = client.subscribe(topic, "s")
-    old = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive, send_timeout_millis=3000)
+    old = client.create_producer(topic, access_mode=api.ProducerAccessMode.Exclusive, send_timeout_millis=3000)
     old.send(b"from old")
-    new = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    new = client.create_producer(topic, access_mode=api.ProducerAccessMode.ExclusiveWithFencing)
     new.send(b"from new")
-    with pytest.raises(pulsar.PulsarException):
+    with pytest.raises(api.PulsarException):
         old.send(b"must not arrive")
     assert [m.data() for m in receive_n(consumer, 2)] == [b"from old", b"from new"]
 
 
-def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client, topic):
-    holder = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client, topic, api):
+    holder = client.create_producer(topic, access_mode=api.ProducerAccessMode.Exclusive)
     import threading
 
     result = {}
 
     def create():
-        result["producer"] = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+        result["producer"] = client.create_producer(topic, access_mode=api.ProducerAccessMode.WaitForExclusive)
 
     t = threading.Thread(target=create)
     t.start()
@@ -54,14 +70,14 @@ def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client, topic)
     result["producer"].send(b"mine now")
 
 
-def test_partitioned_topic_spreads_and_consumes_all(client, standalone, topic):
+def test_partitioned_topic_spreads_and_consumes_all(client, standalone, topic, api):
     name = topic.split("/")[-1]
     req = urllib.request.Request(f"{standalone.web_url}/admin/v2/persistent/public/default/{name}/partitions",
                                  data=b"3", method="PUT", headers={"Content-Type": "application/json"})
     urllib.request.urlopen(req, timeout=10).read()
     assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
-    consumer = client.subscribe(topic, "p", consumer_type=pulsar.ConsumerType.Shared)
-    producer = client.create_producer(topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+    consumer = client.subscribe(topic, "p", consumer_type=api.ConsumerType.Shared)
+    producer = client.create_producer(topic, message_routing_mode=api.PartitionsRoutingMode.RoundRobinDistribution,
                                       batching_enabled=False)
     for i in range(30):
         producer.send(f"{i}".encode())
@@ -74,12 +90,12 @@ def test_partitioned_topic_spreads_and_consumes_all(client, standalone, topic):
     assert stats["partitions"] == 3
 
 
-def test_invalid_topic_name_is_refused_and_the_client_keeps_working(client, topic):
-    with pytest.raises(pulsar.PulsarException):
+def test_invalid_topic_name_is_refused_and_the_client_keeps_working(client, topic, api):
+    with pytest.raises(api.PulsarException):
         client.create_producer("persistent://public/default/bad/extra/segments")
-    with pytest.raises(pulsar.PulsarException):
+    with pytest.raises(api.PulsarException):
         client.subscribe("persistent://no-such-tenant/ns/topic", "s")
     producer = client.create_producer(topic)
-    consumer = client.subscribe(topic, "after-bad", initial_position=pulsar.InitialPosition.Earliest)
+    consumer = client.subscribe(topic, "after-bad", initial_position=api.InitialPosition.Earliest)
     producer.send(b"ok")
     assert receive_n(consumer, 1)[0].data() == b"ok"

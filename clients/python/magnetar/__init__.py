@@ -5,6 +5,7 @@ the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
 from magnetar.asyncio.consumer import ConsumerType, DeadLetterPolicy, InitialPosition
+from magnetar.asyncio.partitioned import PartitionsRoutingMode
 from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
 from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
@@ -12,7 +13,9 @@ from magnetar.errors import MagnetarError
 from magnetar.message import Message, MessageId
 from magnetar.sync import Client, Consumer, Producer, Reader
 
-ConsumerDeadLetterPolicy = DeadLetterPolicy  # the official client's name, so code ports by changing the import
+# The official client's names, so code ports by changing the import.
+ConsumerDeadLetterPolicy = DeadLetterPolicy
+PulsarException = MagnetarError
 
-__all__ = ["BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+__all__ = ["BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader"]

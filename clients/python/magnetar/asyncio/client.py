@@ -108,7 +108,7 @@ class AsyncClient:
 
     # ---- factories -------------------------------------------------------------------
 
-    async def create_producer(self, topic: str, **options):
+    async def create_producer(self, topic: str, message_routing_mode: int = 1, **options):
         """A producer; for a partitioned topic one per partition behind a PartitionedProducer."""
         partitions = await self.get_partitions(topic)
         if partitions == 0:
@@ -120,7 +120,7 @@ class AsyncClient:
             producer = AsyncProducer(self, f"{topic}-partition-{i}", partition=i, **options)
             await self._start(producer)
             producers.append(producer)
-        wrapper = PartitionedProducer(topic, producers)
+        wrapper = PartitionedProducer(topic, producers, message_routing_mode)
         self._handlers.append(wrapper)
         return wrapper
 

@@ -125,6 +125,8 @@ class Connection(asyncio.Protocol):
             self._connected.set_exception(for_code(cmd.error.error, cmd.error.message))
         elif t in _RESPONSES:
             body = getattr(cmd, field_for_type(t))
+            if t == T.PRODUCER_SUCCESS and not body.producer_ready:
+                return  # WaitForExclusive: queued by the broker; the real answer follows
             fut = self._pending.pop(body.request_id, None)
             if fut is not None and not fut.done():
                 if t == T.ERROR:

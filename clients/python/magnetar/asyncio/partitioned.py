@@ -10,7 +10,9 @@ still holds) and routes acks back to the partition that delivered them.
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
+import random
 
 from magnetar.errors import Timeout
 
@@ -26,15 +28,26 @@ def partition_for_key(key: str, partitions: int) -> int:
     return (java_string_hash(key) & 0x7FFFFFFF) % partitions
 
 
+class PartitionsRoutingMode(enum.IntEnum):
+    """The official client's names; keyed messages always go by key hash."""
+
+    UseSinglePartition = 0
+    RoundRobinDistribution = 1
+    CustomPartition = 2
+
+
 class PartitionedProducer:
-    def __init__(self, topic: str, producers: list):
+    def __init__(self, topic: str, producers: list, routing: int = PartitionsRoutingMode.RoundRobinDistribution):
         self._topic = topic
         self.producers = producers
         self._round_robin = itertools.cycle(range(len(producers)))
+        self._single = random.randrange(len(producers)) if routing == PartitionsRoutingMode.UseSinglePartition else None
 
     def _route(self, partition_key) -> object:
         if partition_key is not None:
             return self.producers[partition_for_key(partition_key, len(self.producers))]
+        if self._single is not None:
+            return self.producers[self._single]
         return self.producers[next(self._round_robin)]
 
     async def send(self, content: bytes, **kwargs):
