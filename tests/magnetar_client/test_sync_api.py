@@ -145,7 +145,7 @@ def test_bad_input_gives_clear_exceptions(standalone, topic):
     assert time.time() > 0
 
 
-@pytest.mark.parametrize("compression", ["LZ4", "ZLIB", "ZSTD"])
+@pytest.mark.parametrize("compression", ["LZ4", "ZLIB", "ZSTD", "SNAPPY"])
 def test_compression_interoperates_with_the_official_client(mclient, standalone, topic, compression):
     official = pulsar.Client(standalone.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:

@@ -1,7 +1,8 @@
 """Payload compression as Pulsar does it: the message payload (or a whole batch) is compressed, and
 ``MessageMetadata.compression`` + ``uncompressed_size`` say how to undo it. Pure functions, no I/O.
 
-LZ4 is a raw LZ4 block (no frame), ZLIB a zlib stream, ZSTD a zstd frame, as the official clients write them.
+LZ4 is a raw LZ4 block (no frame), ZLIB a zlib stream, ZSTD a zstd frame, SNAPPY a raw snappy block,
+as the official clients write them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import enum
 import zlib
 
+import cramjam
 import lz4.block
 import zstandard
 
@@ -37,7 +39,7 @@ def compress(kind: int, data: bytes) -> bytes:
         return zlib.compress(data)
     if kind is CompressionType.ZSTD:
         return zstandard.ZstdCompressor().compress(data)
-    raise CompressionError(f"{kind.name} compression is not available in this client (no maintained codec installed)")
+    return bytes(cramjam.snappy.compress_raw(data))
 
 
 def decompress(kind: int, data: bytes, uncompressed_size: int) -> bytes:
@@ -53,8 +55,8 @@ def decompress(kind: int, data: bytes, uncompressed_size: int) -> bytes:
         elif kind is CompressionType.ZSTD:
             out = zstandard.ZstdDecompressor().decompress(data, max_output_size=max(uncompressed_size, 1))
         else:
-            raise CompressionError(f"{kind.name} payloads cannot be decompressed by this client")
-    except (lz4.block.LZ4BlockError, zlib.error, zstandard.ZstdError, ValueError) as exc:
+            out = bytes(cramjam.snappy.decompress_raw(data))
+    except (lz4.block.LZ4BlockError, zlib.error, zstandard.ZstdError, cramjam.DecompressionError, ValueError) as exc:
         raise CompressionError(f"cannot decompress a {kind} payload: {exc}") from exc
     if len(out) != uncompressed_size:
         raise CompressionError(f"{kind.name} payload decompressed to {len(out)} bytes, metadata says {uncompressed_size}")
