@@ -1,165 +1,366 @@
-"""Key_Shared: which consumer owns a key, and when a newly joined consumer may receive it.
+"""Key_Shared: which consumer owns a key, when a newly joined consumer may receive it, and how a batch is split.
 
-Keys hash into 0..65535 (Pulsar's range): MurmurHash3 x86_32 of the key's
-bytes (the ordering key if set, else the partition key), masked to 31 bits,
-modulo 65536. Two selectors map hashes to consumers:
+Keys hash into 0..65535 (``STICKY_KEY_HASH_RANGE``): MurmurHash3 x86_32 of
+the key's bytes (the ordering key if set, else the partition key), masked to
+31 bits like Pulsar's ``Murmur3_32Hash.makeHash``, modulo 65536. Two
+selectors map hashes to consumers:
 
 - ``ConsistentHashingSelector`` (AUTO_SPLIT, the default): each consumer sits
-  on a ring at ``points_per_consumer`` points (the hash of its name plus a
-  counter); a key belongs to the first point at or after its hash. Adding or
-  removing a consumer moves only the keys next to its points.
+  on a ring at ``points_per_consumer`` points, the hashes of its name followed
+  by a counter (``name + str(i)``); a key belongs to the first point at or after
+  its hash, wrapping to the first point. Consumers sharing a point (same
+  name, or a collision) are ordered by name and split it by ``hash % n``.
+  Adding or removing a consumer moves only the keys next to its points.
+  Pulsar 2.x/3.x place points and keys on the 31-bit hash; we use the same
+  16-bit space for the ring as for STICKY ranges, so one hash serves all.
 - ``StickyRangesSelector`` (STICKY): consumers declare inclusive hash ranges;
-  overlapping ranges are refused.
+  an overlap with another consumer's range (or one of its own) is refused.
 
-Ordering when a consumer joins: keys that move to it may still have
-unacknowledged messages on their previous consumer. So a consumer that joins
-while messages are out may only receive entries *before* the read position
-at its arrival until the mark-delete position passes that point
-(``RecentlyJoined``), as Pulsar's "recently joined consumers" rule.
+Ordering when a consumer joins (``RecentlyJoined``, Pulsar's "recently joined
+consumers"): keys that move to the newcomer may still have unacknowledged
+messages on their previous owner. So a consumer that joins while messages are
+out may only receive entries *before* the read position at its arrival,
+until every entry before that position is acknowledged (the mark-delete
+position reaches it).
+
+``assign_entries`` puts it together for one read batch: entries go to their
+key's consumer while it has permits; an entry that cannot go now is returned
+for replay, and so is every later entry of the same key in the batch, so a
+key's messages never overtake each other.
 """
 
 from __future__ import annotations
 
 import bisect
 import struct
+from dataclasses import dataclass, field
+from typing import Callable, Generic, Hashable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from broker.errors import ConsumerAssignError
 
-HASH_RANGE = 65536
+STICKY_KEY_HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector range size (2 << 15)
+HASH_RANGE = STICKY_KEY_HASH_RANGE  # older name, kept for importers
+DEFAULT_POINTS_PER_CONSUMER = 100  # Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints
+
+Position = tuple  # (ledger_id, entry_id); any 2-tuple, e.g. storage.managed_ledger.Position
+C = TypeVar("C", bound=Hashable)
+E = TypeVar("E")
+
+_C1, _C2, _MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+
+
+def _mix_k(k: int) -> int:
+    k = (k * _C1) & _MASK
+    k = ((k << 15) | (k >> 17)) & _MASK
+    return (k * _C2) & _MASK
 
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86_32, unsigned."""
-    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
-    h = seed & mask
+    """MurmurHash3 x86_32 of ``data``, as an unsigned 32-bit int."""
+    h = seed & _MASK
     n = len(data) // 4
     for (k,) in struct.iter_unpack("<I", data[: n * 4]):
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & mask
-        h = (h * 5 + 0xE6546B64) & mask
+        h ^= _mix_k(k)
+        h = ((h << 13) | (h >> 19)) & _MASK
+        h = (h * 5 + 0xE6546B64) & _MASK
     tail = data[n * 4:]
-    k = 0
-    if len(tail) >= 3:
-        k ^= tail[2] << 16
-    if len(tail) >= 2:
-        k ^= tail[1] << 8
     if tail:
-        k ^= tail[0]
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
+        h ^= _mix_k(int.from_bytes(tail, "little"))
     h ^= len(data)
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & mask
+    h = (h * 0x85EBCA6B) & _MASK
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & mask
-    h ^= h >> 16
-    return h
+    h = (h * 0xC2B2AE35) & _MASK
+    return h ^ (h >> 16)
 
 
 def sticky_key_hash(key: bytes) -> int:
-    return (murmur3_32(key) & 0x7FFFFFFF) % HASH_RANGE
+    """The hash (0..65535) that decides a key's consumer."""
+    return (murmur3_32(key) & 0x7FFFFFFF) % STICKY_KEY_HASH_RANGE
 
 
-class ConsistentHashingSelector:
-    def __init__(self, points_per_consumer: int = 100):
+def _name_of(consumer, name: str | None) -> str:
+    if name is not None:
+        return name
+    return getattr(consumer, "name", None) or str(consumer)
+
+
+# ---- AUTO_SPLIT: consistent hashing ----------------------------------------------------
+
+
+class ConsistentHashingSelector(Generic[C]):
+    """The hash ring of an AUTO_SPLIT Key_Shared subscription.
+
+    Consumers are any hashable handles (the broker's Consumer objects, or ids);
+    ``name`` defaults to ``consumer.name``.
+    """
+
+    def __init__(self, points_per_consumer: int = DEFAULT_POINTS_PER_CONSUMER):
+        if points_per_consumer < 1:
+            raise ValueError("points_per_consumer must be >= 1")
         self.points_per_consumer = points_per_consumer
-        self._points: list[int] = []  # sorted hashes
-        self._owners: dict[int, list] = {}  # hash -> consumers at that point (collisions: the first wins)
+        self._points: list[int] = []  # sorted ring points
+        self._owners: dict[int, list[tuple[str, C]]] = {}  # point -> (name, consumer), sorted by name
+        self._names: dict[C, str] = {}
 
-    def add_consumer(self, consumer) -> None:
-        for i in range(self.points_per_consumer):
-            h = sticky_key_hash(f"{consumer.name}{i}".encode())
-            owners = self._owners.setdefault(h, [])
-            if not owners:
-                bisect.insort(self._points, h)
-            owners.append(consumer)
+    def _consumer_points(self, name: str) -> set[int]:
+        return {sticky_key_hash(f"{name}{i}".encode()) for i in range(self.points_per_consumer)}
 
-    def remove_consumer(self, consumer) -> None:
-        for h in [h for h, owners in self._owners.items() if consumer in owners]:
-            owners = self._owners[h]
-            owners.remove(consumer)
-            if not owners:
-                del self._owners[h]
-                self._points.remove(h)
+    def add_consumer(self, consumer: C, name: str | None = None) -> None:
+        """Place ``consumer`` on the ring; adding it twice is a no-op."""
+        if consumer in self._names:
+            return
+        name = _name_of(consumer, name)
+        self._names[consumer] = name
+        for point in self._consumer_points(name):
+            owners = self._owners.get(point)
+            if owners is None:
+                self._owners[point] = [(name, consumer)]
+                bisect.insort(self._points, point)
+            else:
+                # insertion after equal names keeps connection order among namesakes
+                keys = [n for n, _ in owners]
+                owners.insert(bisect.bisect_right(keys, name), (name, consumer))
 
-    def select(self, key_hash: int):
+    def remove_consumer(self, consumer: C) -> None:
+        name = self._names.pop(consumer, None)
+        if name is None:
+            return
+        for point in self._consumer_points(name):
+            owners = [o for o in self._owners[point] if o[1] is not consumer and o[1] != consumer]
+            if owners:
+                self._owners[point] = owners
+            else:
+                del self._owners[point]
+                del self._points[bisect.bisect_left(self._points, point)]
+
+    def select(self, key_hash: int) -> C | None:
+        """The consumer owning ``key_hash``; None when the ring is empty."""
         if not self._points:
             return None
         i = bisect.bisect_left(self._points, key_hash)
-        return self._owners[self._points[i % len(self._points)]][0]
+        owners = self._owners[self._points[i % len(self._points)]]
+        return owners[key_hash % len(owners)][1]
 
-    def consumer_ranges(self) -> dict:
-        """consumer -> list of inclusive (start, end) hash ranges it owns (for stats)."""
-        out: dict = {}
+    def consumer_ranges(self) -> dict[C, list[tuple[int, int]]]:
+        """consumer -> inclusive (start, end) hash ranges it owns, for stats; a shared point lists all its owners."""
+        out: dict[C, list[tuple[int, int]]] = {}
         prev = -1
-        for h in self._points:
-            out.setdefault(self._owners[h][0], []).append((prev + 1, h))
-            prev = h
-        if self._points and prev < HASH_RANGE - 1:
-            out.setdefault(self._owners[self._points[0]][0], []).append((prev + 1, HASH_RANGE - 1))
+        for point in self._points:
+            for _, consumer in self._owners[point]:
+                out.setdefault(consumer, []).append((prev + 1, point))
+            prev = point
+        if self._points and prev < STICKY_KEY_HASH_RANGE - 1:
+            for _, consumer in self._owners[self._points[0]]:
+                out.setdefault(consumer, []).append((prev + 1, STICKY_KEY_HASH_RANGE - 1))
         return out
 
+    def __len__(self) -> int:
+        return len(self._names)
 
-class StickyRangesSelector:
+
+# ---- STICKY: consumer-declared ranges ----------------------------------------------------
+
+
+class StickyRangesSelector(Generic[C]):
+    """Hash ranges declared by STICKY Key_Shared consumers; a hash nobody declared has no consumer."""
+
     def __init__(self) -> None:
-        self._ranges: list[tuple[int, int, object]] = []  # sorted by start
+        self._starts: list[int] = []
+        self._ranges: list[tuple[int, int, C]] = []  # sorted by start, never overlapping
+        self._names: dict[C, str] = {}
 
-    def add_consumer(self, consumer, ranges) -> None:
-        """Raises ConsumerAssignError for an empty, inverted, out-of-range or overlapping range."""
-        ranges = list(ranges)
+    def add_consumer(self, consumer: C, ranges: Iterable[tuple[int, int]], name: str | None = None) -> None:
+        """Claim inclusive ``(start, end)`` ranges for ``consumer``.
+
+        Raises ConsumerAssignError for no ranges, an inverted or out-of-range
+        range, or one that overlaps a range already claimed (by anyone, the
+        same consumer included); nothing is claimed then.
+        """
+        ranges = sorted((int(s), int(e)) for s, e in ranges)
         if not ranges:
             raise ConsumerAssignError("a STICKY Key_Shared consumer must declare at least one hash range")
         for start, end in ranges:
-            if not 0 <= start <= end < HASH_RANGE:
-                raise ConsumerAssignError(f"hash range [{start}, {end}] is not within 0..{HASH_RANGE - 1}")
-            for s, e, owner in self._ranges + [(s2, e2, consumer) for s2, e2 in ranges if (s2, e2) != (start, end)]:
-                if start <= e and s <= end:
-                    raise ConsumerAssignError(f"hash range [{start}, {end}] overlaps [{s}, {e}] of consumer {owner.name!r}")
+            if start > end:
+                raise ConsumerAssignError(f"hash range [{start}, {end}] has start > end")
+            if not 0 <= start <= end < STICKY_KEY_HASH_RANGE:
+                raise ConsumerAssignError(f"hash range [{start}, {end}] is not within 0..{STICKY_KEY_HASH_RANGE - 1}")
+        for (s1, e1), (s2, e2) in zip(ranges, ranges[1:]):
+            if s2 <= e1:
+                raise ConsumerAssignError(f"hash range [{s2}, {e2}] overlaps [{s1}, {e1}] of the same consumer")
         for start, end in ranges:
-            bisect.insort(self._ranges, (start, end, consumer), key=lambda r: r[0])
+            clash = self._overlapping(start, end)
+            if clash is not None:
+                s, e, owner = clash
+                raise ConsumerAssignError(
+                    f"hash range [{start}, {end}] overlaps [{s}, {e}] of consumer {self._names[owner]!r}")
+        self._names[consumer] = _name_of(consumer, name)
+        for start, end in ranges:
+            i = bisect.bisect_left(self._starts, start)
+            self._starts.insert(i, start)
+            self._ranges.insert(i, (start, end, consumer))
 
-    def remove_consumer(self, consumer) -> None:
-        self._ranges = [r for r in self._ranges if r[2] is not consumer]
+    def _overlapping(self, start: int, end: int):
+        i = bisect.bisect_right(self._starts, end) - 1  # the last range starting at or before ``end``
+        if i >= 0 and self._ranges[i][1] >= start:
+            return self._ranges[i]
+        return None
 
-    def select(self, key_hash: int):
-        i = bisect.bisect_right([r[0] for r in self._ranges], key_hash) - 1
-        if i >= 0 and self._ranges[i][0] <= key_hash <= self._ranges[i][1]:
+    def remove_consumer(self, consumer: C) -> None:
+        if self._names.pop(consumer, None) is None:
+            return
+        kept = [r for r in self._ranges if r[2] is not consumer and r[2] != consumer]
+        self._ranges = kept
+        self._starts = [r[0] for r in kept]
+
+    def select(self, key_hash: int) -> C | None:
+        slot = key_hash % STICKY_KEY_HASH_RANGE
+        i = bisect.bisect_right(self._starts, slot) - 1
+        if i >= 0 and self._ranges[i][1] >= slot:
             return self._ranges[i][2]
         return None
 
+    def consumer_ranges(self) -> dict[C, list[tuple[int, int]]]:
+        out: dict[C, list[tuple[int, int]]] = {}
+        for start, end, consumer in self._ranges:
+            out.setdefault(consumer, []).append((start, end))
+        return out
 
-class RecentlyJoined:
-    """Consumers that joined while messages were out, and the read position at their arrival."""
+    def __len__(self) -> int:
+        return len(self._names)
 
-    def __init__(self) -> None:
-        self._joined: dict[int, tuple] = {}  # id(consumer) -> read position when it joined
 
-    def add(self, consumer, read_position) -> None:
-        self._joined[id(consumer)] = tuple(read_position)
+# ---- ordering for consumers that join while messages are out ------------------------------
 
-    def remove(self, consumer) -> None:
-        self._joined.pop(id(consumer), None)
 
-    def allowed(self, consumer, position, mark_delete_position) -> bool:
-        limit = self._joined.get(id(consumer))
-        if limit is None or tuple(mark_delete_position) >= _before(limit):
+def _next_in_ledger(position: Position) -> Position:
+    return (position[0], position[1] + 1)
+
+
+def joins_as_recent(consumer_count_before: int, entries_since_first_unacked: int, allow_out_of_order: bool) -> bool:
+    """Whether a joining consumer must wait for older messages (Pulsar's condition).
+
+    Not when it asked for out-of-order delivery, when it is the only consumer,
+    or when at most one entry separates the first unacked entry from the read
+    position (nothing is out that could be reordered).
+    """
+    return not allow_out_of_order and consumer_count_before >= 1 and entries_since_first_unacked > 1
+
+
+class RecentlyJoined(Generic[C]):
+    """Consumers that joined while messages were out, each with the read position at its arrival.
+
+    ``next_position(mark_delete)`` gives the position after the mark-delete
+    position; the default stays within the ledger, so when a consumer joined
+    at the first entry of a new ledger it waits one ack longer than needed
+    (safe: it only delays). Pass the managed ledger's next-valid-position to
+    be exact.
+    """
+
+    def __init__(self, next_position: Callable[[Position], Position] = _next_in_ledger):
+        self._next_position = next_position
+        self._joined: dict[C, Position] = {}  # in arrival order
+
+    def add(self, consumer: C, read_position: Position) -> None:
+        self._joined[consumer] = tuple(read_position)
+
+    def remove(self, consumer: C) -> None:
+        self._joined.pop(consumer, None)
+
+    def limit_for(self, consumer: C) -> Position | None:
+        """The position ``consumer`` may not reach yet; None when it is unrestricted."""
+        return self._joined.get(consumer)
+
+    def _caught_up(self, limit: Position, mark_delete_position: Position) -> bool:
+        return limit <= tuple(self._next_position(tuple(mark_delete_position)))
+
+    def allowed(self, consumer: C, position: Position, mark_delete_position: Position, *, replay: bool = False) -> bool:
+        """May ``consumer`` receive the entry at ``position`` now?
+
+        A recently joined consumer only receives entries before its limit,
+        until everything before the limit is acknowledged. For a replay read
+        the limit is also capped by the earliest newcomer's limit, as in
+        Pulsar: replayed entries were held back for someone older.
+        """
+        limit = self._joined.get(consumer)
+        if limit is None or self._caught_up(limit, mark_delete_position):
             return True
+        if replay:
+            limit = min(limit, min(self._joined.values()))
         return tuple(position) < limit
 
-    def prune(self, mark_delete_position) -> None:
-        md = tuple(mark_delete_position)
-        for key in [k for k, limit in self._joined.items() if md >= _before(limit)]:
-            del self._joined[key]
+    def prune(self, mark_delete_position: Position) -> list[C]:
+        """Forget the consumers that caught up with ``mark_delete_position``; returns them."""
+        gone = [c for c, limit in self._joined.items() if self._caught_up(limit, mark_delete_position)]
+        for c in gone:
+            del self._joined[c]
+        return gone
+
+    def __contains__(self, consumer) -> bool:
+        return consumer in self._joined
 
     def __len__(self) -> int:
         return len(self._joined)
 
 
-def _before(position: tuple) -> tuple:
-    """The position just before ``position`` within its ledger (entries before it are all acked when md reaches it)."""
-    return (position[0], position[1] - 1)
+# ---- splitting one read batch -------------------------------------------------------------
+
+
+class KeyedEntry(Protocol):
+    position: Position
+    key_hash: int
+    num_messages: int
+
+
+class Selector(Protocol[C]):
+    def select(self, key_hash: int) -> C | None: ...
+
+
+@dataclass
+class KeySharedAssignment(Generic[C, E]):
+    """Where each entry of a batch goes: per consumer (in batch order) or back to the replay queue."""
+
+    by_consumer: dict[C, list[E]] = field(default_factory=dict)
+    replay_later: list[E] = field(default_factory=list)
+
+
+def assign_entries(
+    entries: Sequence[E],
+    selector: Selector[C],
+    permits: Mapping[C, int],
+    *,
+    recently_joined: RecentlyJoined[C] | None = None,
+    mark_delete_position: Position | None = None,
+    held_key_hashes: Iterable[int] = (),
+    replay: bool = False,
+) -> KeySharedAssignment[C, E]:
+    """Split ``entries`` (in position order, each with ``key_hash`` and ``num_messages``) among consumers.
+
+    An entry goes to ``selector.select(key_hash)`` when that consumer has
+    permits left (``permits``, in messages; a batch may overdraw the last
+    permit, as a Shared consumer's may), its key has no older entry waiting
+    (``held_key_hashes``: keys with entries already in the replay queue) and,
+    for a recently joined consumer, the entry is before its limit. Otherwise
+    the entry and every later entry of its key go to ``replay_later``.
+    """
+    out: KeySharedAssignment[C, E] = KeySharedAssignment()
+    held = set(held_key_hashes)
+    budget = dict(permits)
+    for entry in entries:
+        key_hash = entry.key_hash
+        consumer = None if key_hash in held else selector.select(key_hash)
+        if (
+            consumer is None
+            or budget.get(consumer, 0) <= 0
+            or (recently_joined is not None and mark_delete_position is not None
+                and not recently_joined.allowed(consumer, entry.position, mark_delete_position, replay=replay))
+        ):
+            # Hold the key: its later entries must not overtake this one. (Permits and
+            # the join limit only tighten along a batch, but the guarantee should not
+            # depend on that.)
+            held.add(key_hash)
+            out.replay_later.append(entry)
+            continue
+        budget[consumer] -= max(entry.num_messages, 1)
+        out.by_consumer.setdefault(consumer, []).append(entry)
+    return out

@@ -1,63 +1,101 @@
-"""What a consumer was sent and has not acknowledged yet.
+"""What one consumer was sent and has not acknowledged yet (Pulsar's per-consumer ``pendingAcks``).
 
 Each pending entry remembers its batch size, its sticky-key hash and which of
-its batch indexes were acknowledged one by one; ``unacked_messages`` counts
-messages (not entries), which is what Pulsar's unacked limits count.
+its batch indexes were acknowledged one by one. ``unacked_messages`` counts
+messages, not entries -- the sum of batch sizes minus the batch indexes
+already acknowledged -- which is what the unacked limits count. An entry sent
+with some indexes already acknowledged (a partly acked batch redelivered)
+counts only the rest. When the consumer leaves, ``release_all`` hands the
+positions back for redelivery to the others.
 """
 
 from __future__ import annotations
 
+import bisect
+from typing import Iterable, NamedTuple
+
+Position = tuple  # (ledger_id, entry_id); any 2-tuple
+
+
+class PendingAck(NamedTuple):
+    batch_size: int
+    key_hash: int
+    acked_indexes: frozenset[int]
+
+    @property
+    def unacked(self) -> int:
+        return self.batch_size - len(self.acked_indexes)
+
 
 class PendingAcks:
     def __init__(self) -> None:
-        self._entries: dict[tuple, list] = {}  # position -> [batch_size, key_hash, acked indexes]
-        self.unacked_messages = 0
+        self._positions: list[Position] = []  # sorted, for cumulative acks
+        self._entries: dict[Position, list] = {}  # position -> [batch_size, key_hash, acked indexes]
+        self._unacked = 0
 
-    def add(self, position, batch_size: int, key_hash: int = 0) -> None:
+    @property
+    def unacked_messages(self) -> int:
+        return self._unacked
+
+    def add(self, position, batch_size: int, key_hash: int = 0, acked_indexes: Iterable[int] = ()) -> bool:
+        """Remember a dispatched entry; False (nothing changes) when it is already pending."""
         key = tuple(position)
         if key in self._entries:
-            return
-        self._entries[key] = [batch_size, key_hash, set()]
-        self.unacked_messages += batch_size
-
-    def remove(self, position) -> bool:
-        entry = self._entries.pop(tuple(position), None)
-        if entry is None:
             return False
-        self.unacked_messages -= entry[0] - len(entry[2])
+        batch_size = max(int(batch_size), 1)
+        acked = {i for i in acked_indexes if 0 <= i < batch_size}
+        self._entries[key] = [batch_size, key_hash, acked]
+        bisect.insort(self._positions, key)
+        self._unacked += batch_size - len(acked)
         return True
 
-    def remove_up_to(self, position) -> list[tuple]:
-        """Cumulative ack: drop every pending position <= ``position``; returns them."""
-        limit = tuple(position)
-        gone = [k for k in self._entries if k <= limit]
-        for k in gone:
-            self.remove(k)
+    def remove(self, position) -> bool:
+        """The whole entry was acknowledged; False when it was not pending here."""
+        key = tuple(position)
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        del self._positions[bisect.bisect_left(self._positions, key)]
+        self._unacked -= entry[0] - len(entry[2])
+        return True
+
+    def remove_up_to(self, position) -> list[Position]:
+        """Cumulative ack: drop every pending position <= ``position``; returns them in order."""
+        i = bisect.bisect_right(self._positions, tuple(position))
+        gone, self._positions = self._positions[:i], self._positions[i:]
+        for key in gone:
+            entry = self._entries.pop(key)
+            self._unacked -= entry[0] - len(entry[2])
         return gone
 
-    def ack_batch_indexes(self, position, indexes) -> None:
+    def ack_batch_indexes(self, position, indexes: Iterable[int]) -> bool:
+        """Acknowledge single messages of a batch; True when that completed the entry (it is then removed)."""
         entry = self._entries.get(tuple(position))
         if entry is None:
-            return
+            return False
         fresh = {i for i in indexes if 0 <= i < entry[0]} - entry[2]
         entry[2] |= fresh
-        self.unacked_messages -= len(fresh)
+        self._unacked -= len(fresh)
         if len(entry[2]) >= entry[0]:
             self.remove(position)
+            return True
+        return False
 
-    def release(self, positions) -> list[tuple]:
-        """Give up the given positions (for redelivery); returns those that were pending here."""
-        out = []
-        for p in positions:
-            if self.remove(p):
-                out.append(tuple(p))
-        return sorted(out)
+    def release(self, positions: Iterable) -> list[Position]:
+        """Give up the given positions (for redelivery); returns those that were pending here, in order."""
+        return sorted(tuple(p) for p in positions if self.remove(p))
 
-    def release_all(self) -> list[tuple]:
-        out = sorted(self._entries)
+    def release_all(self) -> list[Position]:
+        """The consumer left: every pending position, in order, for redelivery to the others."""
+        out = self._positions
+        self._positions = []
         self._entries.clear()
-        self.unacked_messages = 0
+        self._unacked = 0
         return out
+
+    def get(self, position) -> PendingAck | None:
+        entry = self._entries.get(tuple(position))
+        return None if entry is None else PendingAck(entry[0], entry[1], frozenset(entry[2]))
 
     def batch_size(self, position) -> int | None:
         entry = self._entries.get(tuple(position))
@@ -66,6 +104,9 @@ class PendingAcks:
     def key_hash(self, position) -> int | None:
         entry = self._entries.get(tuple(position))
         return None if entry is None else entry[1]
+
+    def positions(self) -> list[Position]:
+        return list(self._positions)
 
     def __contains__(self, position) -> bool:
         return tuple(position) in self._entries
