@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.subscriptions.pending_acks import PendingAcks
+from broker.subscriptions.shared import UnackedLimits
 
 
 @dataclass
@@ -73,14 +74,9 @@ class Consumer:
         self._update_blocked()
 
     def _update_blocked(self) -> None:
-        """Block at the unacked limit, unblock at half of it (Pulsar's hysteresis)."""
-        limit = self.max_unacked_messages
-        if limit <= 0:
-            self.blocked = False
-        elif not self.blocked and self.unacked_messages >= limit:
-            self.blocked = True
-        elif self.blocked and self.unacked_messages <= limit // 2:
-            self.blocked = False
+        """Block at the unacked limit, unblock at half of it (Pulsar's hysteresis, in shared.UnackedLimits)."""
+        limits = UnackedLimits(max_unacked_messages_per_consumer=self.max_unacked_messages)
+        self.blocked = limits.consumer_blocked(self.blocked, self.unacked_messages)
 
     def close(self, notify: bool = True) -> None:
         """The broker closes this consumer (topic unloaded, subscription reset): the client will resubscribe."""

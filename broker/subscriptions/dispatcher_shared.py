@@ -24,7 +24,7 @@ from broker.subscriptions.key_shared import (
     ConsistentHashingSelector, RecentlyJoined, StickyRangesSelector, sticky_key_hash,
 )
 from broker.subscriptions.redelivery import ReplayQueue
-from broker.subscriptions.shared import RoundRobinSelector
+from broker.subscriptions.shared import RoundRobinSelector, UnackedLimits
 
 NONE_KEY = b"NONE_KEY"
 
@@ -36,6 +36,7 @@ class SharedDispatcher(Dispatcher):
         self.delayed = DelayedDeliveryTracker(clock) if delayed_delivery else None
         self.clock = clock
         self.round_robin = RoundRobinSelector()
+        self._blocked = False
         self._timer: asyncio.TimerHandle | None = None
 
     def takers(self) -> list[Consumer]:
@@ -45,8 +46,10 @@ class SharedDispatcher(Dispatcher):
         return bool(self.takers()) and not self.subscription_blocked()
 
     def subscription_blocked(self) -> bool:
-        limit = self.subscription.topic.limit("max_unacked_messages_per_subscription")
-        return bool(limit) and sum(c.unacked_messages for c in self.consumers) >= limit
+        """The subscription-wide unacked limit, with Pulsar's hysteresis (blocked at the limit, free below half)."""
+        limits = UnackedLimits(max_unacked_messages_per_subscription=self.subscription.topic.limit("max_unacked_messages_per_subscription"))
+        self._blocked = limits.subscription_blocked(self._blocked, sum(c.unacked_messages for c in self.consumers))
+        return self._blocked
 
     def read_count(self) -> int:
         permits = sum(max(c.permits, 0) for c in self.takers())
