@@ -59,6 +59,7 @@ class BrokerConfig:
     default_retention_time_s: int = 0
     default_retention_size_mb: int = 0
 
+    default_number_of_namespace_bundles: int = 4  # Pulsar's defaultNumberOfNamespaceBundles
     keep_alive_interval_s: float = 30.0
     maintenance_interval_s: float = 60.0  # retention by time, rollover of idle ledgers (Pulsar: retentionCheckIntervalInSeconds 120)
     metadata_session_timeout_s: float = 30.0

@@ -7,9 +7,10 @@ Topics load on first use: a topic's managed ledger opens by fencing the
 previous owner's last ledger, so a broker that loads a topic is its only
 writer. Loads of the same topic are shared, never run twice.
 
-This broker answers every lookup with itself; bundle ownership across several
-brokers belongs to the cluster (issue 5), which plugs in at ``lookup`` and
-``get_topic``.
+Several brokers share the work through bundle ownership (broker/ownership.py):
+a topic loads only on the broker that owns its bundle, and LOOKUP answers
+with the owner (Connect or Redirect) or assigns the bundle to the least
+loaded broker.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import asyncio
 import logging
 
 from broker.config import BrokerConfig
-from broker.errors import BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, TopicNotFoundError
+from broker.errors import (
+    BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
+)
+from broker.ownership import BrokerInfo, Ownership
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.names import TopicName
@@ -50,20 +54,27 @@ class BrokerService:
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
         self.port = config.port
+        self.ownership: Ownership | None = None
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
         owns = store is None
         if store is None:
-            store = await open_store(config.metadata_store_url)
+            store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
         factory = ManagedLedgerFactory(store, client)
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)
         loop = asyncio.get_running_loop()
-        service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port)
-        service.spawn(service._maintain())
+        service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port,
+                                                   start_serving=False)
         service.port = service._server.sockets[0].getsockname()[1]
+        service.ownership = Ownership(
+            store, BrokerInfo(f"{config.advertised_address}:{service.port}", service.service_url, config.web_service_url),
+            config.default_number_of_namespace_bundles, service._session_lost)
+        await service.ownership.register(service.load())
+        await service._server.start_serving()
+        service.spawn(service._maintain())
         log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
         return service
 
@@ -79,9 +90,27 @@ class BrokerService:
 
     # ---- lookup --------------------------------------------------------------
 
-    async def lookup(self, topic: TopicName) -> str:
+    async def lookup(self, topic: TopicName, authoritative: bool = False) -> tuple[str, bool]:
+        """(broker URL, redirect?) for ``topic``: ourselves when we own (or just took) its bundle, else
+        the owner, else the least loaded live broker, which is told to take it (authoritative)."""
         await self._check_namespace(topic)
-        return self.service_url
+        owner = await self.ownership.owner_of(topic)
+        if owner is None:
+            candidate = await self.ownership.least_loaded()
+            if authoritative or candidate.broker_id == self.ownership.me.broker_id:
+                owner = await self.ownership.try_acquire(topic)
+            else:
+                return candidate.service_url, True
+        return owner.service_url, owner.broker_id != self.ownership.me.broker_id
+
+    def load(self) -> dict:
+        return {"topics": len(self.topics), "connections": len(self.connections)}
+
+    def _session_lost(self) -> None:
+        """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
+        for name in list(self.topics):
+            self.spawn(self.unload_topic(self.topics[name].name))
+        self.spawn(self.ownership.register(self.load()))
 
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
@@ -132,6 +161,9 @@ class BrokerService:
 
     async def _load(self, name: TopicName, create: bool, admin: bool) -> PersistentTopic:
         await self._check_namespace(name)
+        owner = await self.ownership.try_acquire(name)
+        if owner.broker_id != self.ownership.me.broker_id:
+            raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
         if await self.resources.partition_count(name) > 0:
             raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
         exists = await self.factory.exists(name.managed_ledger_name)
@@ -171,6 +203,10 @@ class BrokerService:
         """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add."""
         while True:
             await asyncio.sleep(self.config.maintenance_interval_s)  # a period, not synchronisation
+            try:
+                await self.ownership.report_load(self.load())
+            except MetadataError as exc:
+                log.warning("load report failed: %s", exc)
             for topic in list(self.topics.values()):
                 try:
                     await topic.ml.trim()
@@ -182,6 +218,8 @@ class BrokerService:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if getattr(self, "ownership", None) is not None:
+            await self.ownership.release_all()  # hand the bundles off now, not after a session timeout
         for conn in list(self.connections):
             conn.close()
         for name in list(self.topics):

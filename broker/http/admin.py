@@ -338,6 +338,7 @@ def _subscription(topic, name):
 @routes.get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}")
 async def lookup(request):
     service = _service(request)
-    url = await service.lookup(_topic(request))
-    return web.json_response({"brokerUrl": url, "brokerUrlTls": "", "httpUrl": service.config.web_service_url,
-                              "httpUrlTls": "", "nativeUrl": url})
+    url, _ = await service.lookup(_topic(request), authoritative=True)
+    owner = await service.ownership.owner_of(_topic(request))
+    http = owner.web_service_url if owner is not None else service.config.web_service_url
+    return web.json_response({"brokerUrl": url, "brokerUrlTls": "", "httpUrl": http, "httpUrlTls": "", "nativeUrl": url})

@@ -113,14 +113,15 @@ def on_lookup(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
-            url = await conn.service.lookup(topic)
+            url, redirect = await conn.service.lookup(topic, c.authoritative)
         except BrokerError as exc:
             conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
                 request_id=c.request_id, response=pb.CommandLookupTopicResponse.Failed, error=exc.code, message=str(exc)))
             return
+        kind = pb.CommandLookupTopicResponse.Redirect if redirect else pb.CommandLookupTopicResponse.Connect
         conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
-            request_id=c.request_id, brokerServiceUrl=url, response=pb.CommandLookupTopicResponse.Connect,
-            authoritative=True, proxy_through_service_url=False))
+            request_id=c.request_id, brokerServiceUrl=url, response=kind, authoritative=True,
+            proxy_through_service_url=False))
 
     conn.spawn(run(), c.request_id)
 
