@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pulsar
 
 import magnetar
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import FrameDecoder, command, encode_command
+
+T = pb.BaseCommand
 
 # Either client's "nothing arrived in time" (the helpers drive both).
 TIMEOUTS = (pulsar.Timeout, magnetar.Timeout)
@@ -41,3 +46,41 @@ def assert_nothing_more(consumer, within_ms: int = 500) -> None:
 
 def payloads(messages) -> list[bytes]:
     return [m.data() for m in messages]
+
+
+class RawConnection:
+    """A hand-driven Pulsar connection: send frames, read decoded replies with a deadline."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.decoder = FrameDecoder()
+        self.frames = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self) -> None:
+        self.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="raw-test", protocol_version=20))))
+        assert self.next().type == T.CONNECTED
+
+    def next(self):
+        while not self.frames:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionResetError("broker closed the connection")
+            self.frames.extend(self.decoder.feed(data))
+        return self.frames.pop(0).command
+
+    def closed_by_peer(self) -> bool:
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()

@@ -2,55 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import struct
 
 import pulsar
 import pytest
 
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.protocol.frames import FrameDecoder, command, encode_command, encode_payload_command
-from tests.official_client.support import receive_n
+from magnetar.protocol.frames import command, encode_command, encode_payload_command
+from tests.official_client.support import RawConnection, receive_n
 
 T = pb.BaseCommand
-
-
-class RawConnection:
-    """A hand-driven Pulsar connection: send frames, read decoded replies with a deadline."""
-
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.decoder = FrameDecoder()
-        self.frames = []
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def connect(self) -> None:
-        self.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="raw-test", protocol_version=20))))
-        assert self.next().type == T.CONNECTED
-
-    def next(self):
-        while not self.frames:
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionResetError("broker closed the connection")
-            self.frames.extend(self.decoder.feed(data))
-        return self.frames.pop(0).command
-
-    def closed_by_peer(self) -> bool:
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    return True
-        except ConnectionResetError:
-            return True
-        except socket.timeout:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
