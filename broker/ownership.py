@@ -157,13 +157,21 @@ class Ownership:
         log.info("broker %s now owns bundle %s", self.me.broker_id, path)
         return self.me
 
-    async def release_all(self) -> None:
-        for path in list(self.owned):
+    async def release(self, path: str) -> None:
+        if path in self.owned:
+            self.owned.discard(path)
             try:
                 await self.store.delete(path)
             except (NoNodeError, MetadataError):
-                pass
-            self.owned.discard(path)
+                pass  # gone already (or the session is): either way it is not ours
+
+    async def release_all(self) -> None:
+        for path in list(self.owned):
+            await self.release(path)
+
+    def owned_bundles(self, tenant: str, namespace: str) -> list[str]:
+        prefix = f"{NAMESPACE_ROOT}/{tenant}/{namespace}/"
+        return sorted(p[len(prefix):] for p in self.owned if p.startswith(prefix))
 
     def _session_changed(self, state: SessionState) -> None:
         if state is SessionState.LOST:

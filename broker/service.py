@@ -194,6 +194,14 @@ class BrokerService:
         await topic.delete()
         self.topics.pop(str(name), None)
 
+    async def unload_bundle(self, bundle_path: str) -> int:
+        """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many."""
+        names = [t for t in self.topics.values() if self.ownership.path_of(t.name) == bundle_path]
+        for topic in names:
+            await self.unload_topic(topic.name)
+        await self.ownership.release(bundle_path)
+        return len(names)
+
     async def unload_topic(self, name: TopicName) -> None:
         topic = self.topics.pop(str(name), None)
         if topic is not None:
@@ -216,18 +224,20 @@ class BrokerService:
     # ---- shutdown ------------------------------------------------------------
 
     async def close(self) -> None:
+        """Graceful shutdown: stop accepting, close every topic (in-flight writes finish; clients are told to
+        look the topic up again), hand the bundles off at once, then drop the connections."""
         if self._server is not None:
             self._server.close()
-        if getattr(self, "ownership", None) is not None:
-            await self.ownership.release_all()  # hand the bundles off now, not after a session timeout
-        for conn in list(self.connections):
-            conn.close()
         for name in list(self.topics):
             topic = self.topics.pop(name)
             try:
-                await topic.close(notify=False)
+                await topic.close(notify=True)
             except (BrokerError, StorageError) as exc:
                 log.warning("closing %s: %s", name, exc)
+        if self.ownership is not None:
+            await self.ownership.release_all()  # not after a session timeout
+        for conn in list(self.connections):
+            conn.close()
         for task in list(self._tasks):
             task.cancel()
         await self.factory.close()

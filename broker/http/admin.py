@@ -125,6 +125,23 @@ async def get_policies(request):
     return web.json_response((await _service(request).resources.get_policies(_ns(request))).to_json())
 
 
+@routes.put("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload")
+async def unload_bundle(request):
+    """Graceful unload of one bundle this broker owns: its topics close and reload wherever lookup sends them."""
+    service, ns = _service(request), _ns(request)
+    bundle = request.match_info["bundle"]
+    if bundle not in service.ownership.owned_bundles(ns.tenant, ns.namespace):
+        raise NotFoundError(f"bundle {bundle} of {ns} is not owned by this broker")
+    await service.unload_bundle(f"/namespace/{ns.tenant}/{ns.namespace}/{bundle}")
+    return web.Response(status=204)
+
+
+@routes.get("/admin/v2/namespaces/{tenant}/{ns}/bundles")
+async def owned_bundles(request):
+    ns = _ns(request)
+    return web.json_response({"owned": _service(request).ownership.owned_bundles(ns.tenant, ns.namespace)})
+
+
 @routes.delete("/admin/v2/namespaces/{tenant}/{ns}")
 async def delete_namespace(request):
     await _service(request).resources.delete_namespace(_ns(request))
