@@ -50,6 +50,9 @@ class PersistentTopic:
         self._waiting_exclusive: list[tuple[Producer, asyncio.Future]] = []
         self._tasks: set[asyncio.Task] = set()
         self.closed = False
+        self._publishing = 0  # writes in flight
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.msg_in = self.bytes_in = self.msg_out = self.bytes_out = 0
         self.last_batch_size = None  # messages in the last entry, known once read or written here
         self.created_ms = int(time.time() * 1000)
@@ -126,6 +129,8 @@ class PersistentTopic:
             return DUPLICATE
         if status is DupStatus.UNKNOWN:
             raise PersistenceError(f"sequence id {sequence_id} of {producer.name!r} is still being stored; retry")
+        self._publishing += 1
+        self._idle.clear()
         try:
             position = await self.ml.add_entry(data)
         except ManagedLedgerFencedError as exc:
@@ -135,6 +140,10 @@ class PersistentTopic:
         except StorageError as exc:
             self.dedup.forget_pushed(producer.name)
             raise PersistenceError(f"storing the message failed: {exc}") from exc
+        finally:
+            self._publishing -= 1
+            if not self._publishing:
+                self._idle.set()
         producer.record(num_messages, len(data))
         self.msg_in += num_messages
         self.bytes_in += len(data)
@@ -313,6 +322,13 @@ class PersistentTopic:
         if self.closed:
             return
         self.closed = True
+        if self._publishing:
+            # Let in-flight writes finish and their receipts go out before the producers are told to move,
+            # so a graceful hand-off causes no resend (and no duplicate).
+            try:
+                await asyncio.wait_for(self._idle.wait(), 10)
+            except asyncio.TimeoutError:
+                log.warning("topic %s closes with %d writes still in flight", self.name, self._publishing)
         for producer in list(self.producers):
             if notify:
                 producer.connection.close_producer(producer.producer_id)

@@ -17,6 +17,7 @@ SUITES = {"ledger": ("loadtest.bench.ledger", None), "broker": ("loadtest.bench.
 SUITES.update({name: ("loadtest.bench.broker", (name,)) for name in ("produce", "latency", "e2e", "catchup", "topics")})
 SUITES["broker-cluster"] = ("loadtest.bench.broker", None)
 SUITES["client"] = ("loadtest.bench.client", None)
+SUITES["failover"] = ("loadtest.bench.failover", None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,8 @@ import urllib.request
 import pulsar
 import pytest
 
+import magnetar
+
 from tests.harness.processes import BrokerProcess, wait_until
 from tests.official_client.support import receive_n
 
@@ -46,8 +48,10 @@ def _in_order_without_repeats(consumer, count: int) -> list[int]:
     return seen
 
 
-def _client(url):
-    return pulsar.Client(url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+def _client(url, api=pulsar):
+    if api is pulsar:
+        return pulsar.Client(url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    return api.Client(url, operation_timeout_seconds=30)
 
 
 def test_lookup_through_either_broker_reaches_the_one_owner(two_brokers):
@@ -77,12 +81,13 @@ def test_an_invalid_or_unknown_namespace_topic_gets_a_clear_error(two_brokers):
         client.close()
 
 
-def test_kill_9_of_the_owner_moves_the_topic_and_loses_nothing_acknowledged(two_brokers):
-    topic = "persistent://public/default/failover-target"
+@pytest.mark.parametrize("api", [pulsar, magnetar], ids=["pulsar-client", "magnetar"])
+def test_kill_9_of_the_owner_moves_the_topic_and_loses_nothing_acknowledged(two_brokers, api):
+    topic = f"persistent://public/default/failover-target-{api.__name__}"
     owner_url = _lookup(two_brokers[0], topic)
     owner = next(b for b in two_brokers if b.service_url == owner_url)
     survivor = next(b for b in two_brokers if b is not owner)
-    client = _client(survivor.service_url)  # the client enters through the survivor and is redirected
+    client = _client(survivor.service_url, api)  # the client enters through the survivor and is redirected
     try:
         consumer = client.subscribe(topic, "durable")
         producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60_000)
@@ -94,7 +99,7 @@ def test_kill_9_of_the_owner_moves_the_topic_and_loses_nothing_acknowledged(two_
             while not stop.is_set():
                 try:
                     producer.send(f"{i}".encode())
-                except pulsar.PulsarException:
+                except api.PulsarException:
                     continue  # the send timed out across the failover: it may or may not be stored
                 acked.append(i)
                 i += 1

@@ -54,3 +54,14 @@ def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path)
         assert r[side]["consume_msg_per_s"] > 0
     assert r["magnetar"]["produce_msg_per_s"] > 0 and r["official"]["msg_per_s"] > 0
     assert r["produce_ratio"] == r["magnetar"]["produce_msg_per_s"] / r["official"]["msg_per_s"]
+
+
+def test_failover_suite_quick_reports_both_figures(tmp_path):
+    out = tmp_path / "failover.json"
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "failover", "--quick", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    r = json.loads(out.read_text())["results"]
+    assert r["trials"] == 2 and len(r["kill9_to_first_ack_s"]["all"]) == 2
+    assert 0 < r["kill9_to_first_ack_s"]["p50"] <= r["kill9_to_first_ack_s"]["max"]
+    assert len(r["unload_publish_gap_s"]["all"]) == 2 and r["unload_publish_gap_s"]["max"] > 0

@@ -1,0 +1,137 @@
+"""`failover` suite: how long a topic is unavailable when its owner dies, and when its bundle is unloaded.
+
+A real ZooKeeper, 3 bookie processes in 3 zones and 3 `broker start` processes with a 3 s metadata session
+timeout. Each trial produces to a fresh topic through the official client, entering through a broker that
+does not own it, with one send in flight at a time:
+
+* **kill -9**: the owner is killed; the figure is the time from the kill to the first publish acknowledged
+  afterwards (by the new owner). The killed broker is restarted before the next trial.
+* **graceful unload**: the owner unloads the topic's bundle; the figure is the longest gap between two
+  consecutive acknowledged publishes around the unload.
+
+Reference: Apache Pulsar's default ZooKeeper session timeout is 30 s, so an ungraceful failover there waits
+at least that long for the owner's ephemeral node to expire (users report 51-100 s reconnects after a broker
+restart, apache/pulsar#9297).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from loadtest.bench.report import percentile, print_table
+
+SESSION_TIMEOUT_S = 3
+
+
+def _lookup(broker, topic: str) -> str:
+    name = topic.split("://", 1)[1]
+    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{name}", timeout=30) as resp:
+        return json.loads(resp.read())["brokerUrl"]
+
+
+class _Producer:
+    """Sends one message at a time and records when each was acknowledged."""
+
+    def __init__(self, client, topic: str):
+        self.producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60_000)
+        self.acks: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import pulsar
+
+        while not self.stop.is_set():
+            try:
+                self.producer.send(b"x" * 100)
+                self.acks.append(time.monotonic())
+            except pulsar.PulsarException:
+                continue
+
+    def wait_for(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.acks) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.acks)} of {count} publishes acknowledged")
+            time.sleep(0.005)  # polling a counter with a deadline
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+def run(quick: bool = False) -> dict:
+    import pulsar
+
+    from tests.harness.processes import BookieCluster, BrokerProcess
+    from tests.harness.zookeeper import ZooKeeperServer
+
+    trials = 2 if quick else 10
+    root = Path(tempfile.mkdtemp(prefix="magnetar-bench-failover-"))
+    env = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S)}
+    kill_s: list[float] = []
+    unload_gap_s: list[float] = []
+    with ZooKeeperServer(root / "zk") as zk, BookieCluster(zk.url("/bench"), root / "bookies") as bookies:
+        brokers = [BrokerProcess(root / f"broker-{i}", metadata_url=bookies.metadata_url, env=dict(env)) for i in range(3)]
+        for b in brokers:
+            b.spawn()
+        for b in brokers:
+            b.wait_healthy(60)
+        try:
+            for trial in range(trials):
+                for kind in ("kill", "unload"):
+                    topic = f"persistent://public/default/failover-{kind}-{trial}-{time.time_ns()}"
+                    owner_url = _lookup(brokers[0], topic)
+                    owner = next(b for b in brokers if b.service_url == owner_url)
+                    entry = next(b for b in brokers if b is not owner)
+                    client = pulsar.Client(entry.service_url, operation_timeout_seconds=60,
+                                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                    producer = _Producer(client, topic)
+                    try:
+                        producer.wait_for(50, 30)
+                        before = len(producer.acks)
+                        if kind == "kill":
+                            t0 = time.monotonic()
+                            owner.kill9()
+                            producer.wait_for(before + 10, 120)
+                            kill_s.append(next(a for a in producer.acks[before:] if a > t0) - t0)
+                        else:
+                            name = "/".join(topic.split("/")[-3:-1])
+                            with urllib.request.urlopen(f"{owner.web_url}/admin/v2/namespaces/{name}/bundles", timeout=10) as r:
+                                bundles = json.loads(r.read())["owned"]
+                            t0 = time.monotonic()
+                            for bundle in bundles:
+                                req = urllib.request.Request(f"{owner.web_url}/admin/v2/namespaces/{name}/{bundle}/unload", method="PUT")
+                                urllib.request.urlopen(req, timeout=60).read()
+                            producer.wait_for(before + 50, 60)
+                            window = [a for a in producer.acks if a >= t0 - 1]
+                            unload_gap_s.append(max(b - a for a, b in zip(window, window[1:])))
+                    finally:
+                        producer.close()
+                        client.close()
+                    if not owner.alive:
+                        owner.start(60)
+        finally:
+            for b in brokers:
+                b.stop()
+    results = {
+        "trials": trials,
+        "session_timeout_s": SESSION_TIMEOUT_S,
+        "kill9_to_first_ack_s": {"p50": percentile(kill_s, 50), "max": max(kill_s), "all": kill_s},
+        "unload_publish_gap_s": {"p50": percentile(unload_gap_s, 50), "p99": percentile(unload_gap_s, 99),
+                                 "max": max(unload_gap_s), "all": unload_gap_s},
+        "reference": "Apache Pulsar default zooKeeperSessionTimeoutMillis = 30,000 ms",
+    }
+    print_table(f"failover: 3 brokers, 3 bookies, ZooKeeper session timeout {SESSION_TIMEOUT_S} s, {trials} trials", [
+        {"measure": "kill -9 of the owner -> first ack", "p50_s": results["kill9_to_first_ack_s"]["p50"],
+         "max_s": results["kill9_to_first_ack_s"]["max"], "target": "<= 5 s", "reference": "Pulsar: >= 30 s session timeout"},
+        {"measure": "graceful bundle unload: publish gap", "p50_s": results["unload_publish_gap_s"]["p50"],
+         "max_s": results["unload_publish_gap_s"]["max"], "target": "p99 <= 1 s", "reference": ""},
+    ], ["measure", "p50_s", "max_s", "target", "reference"])
+    return results
