@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 
 import pulsar  # noqa: F401 (one of the two clients these tests drive)
@@ -12,18 +11,10 @@ from tests.official_client.support import assert_nothing_more, payloads, receive
 
 
 
-@pytest.fixture(params=["pulsar", "magnetar"])
-def api(request):
-    """Each test here runs with the official client and with magnetar (same API shape)."""
-    return importlib.import_module(request.param)
-
-
 @pytest.fixture
-def client(standalone, api):
-    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
-    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
-    yield c
-    c.close()
+def client(any_client):
+    """Every test here runs with the official client and with magnetar (tests/fixtures/broker.py)."""
+    return any_client
 
 
 def _produce(client, topic, n, batching=False):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import collections
 import time
 
@@ -13,18 +12,10 @@ from tests.official_client.support import TIMEOUTS, assert_nothing_more, payload
 
 
 
-@pytest.fixture(params=["pulsar", "magnetar"])
-def api(request):
-    """Each test here runs with the official client and with magnetar (same API shape)."""
-    return importlib.import_module(request.param)
-
-
 @pytest.fixture
-def client(standalone, api):
-    kwargs = {"logger": api.ConsoleLogger(api.LoggerLevel.Warn)} if api.__name__ == "pulsar" else {}
-    c = api.Client(standalone.service_url, operation_timeout_seconds=15, **kwargs)
-    yield c
-    c.close()
+def client(any_client):
+    """Every test here runs with the official client and with magnetar (tests/fixtures/broker.py)."""
+    return any_client
 
 
 def test_exclusive_refuses_a_second_consumer(client, topic, api):
