@@ -18,6 +18,7 @@ loaded live broker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import zlib
@@ -80,7 +81,10 @@ class Ownership:
         self.me = me
         self.bundles = bundles_per_namespace
         self.owned: set[str] = set()
+        # False while the metadata connection is suspended and until ownership is re-verified: no writes then.
+        self.writable = True
         self._on_session_lost = on_session_lost
+        self._verifying: asyncio.Task | None = None
         store.add_session_listener(self._session_changed)
 
     # ---- registration and load -------------------------------------------------------
@@ -173,8 +177,30 @@ class Ownership:
         prefix = f"{NAMESPACE_ROOT}/{tenant}/{namespace}/"
         return sorted(p[len(prefix):] for p in self.owned if p.startswith(prefix))
 
+    async def _reverify(self) -> None:
+        """After a suspension: keep only bundles whose node is still ours, then accept writes again."""
+        for path in list(self.owned):
+            try:
+                data, _ = await self.store.get(path)
+                mine = BrokerInfo.from_json(json.loads(data)).broker_id == self.me.broker_id
+            except (NoNodeError, MetadataError):
+                mine = False
+            if not mine:
+                self.owned.discard(path)
+        self.writable = True
+        log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))
+
     def _session_changed(self, state: SessionState) -> None:
+        if state is SessionState.SUSPENDED:
+            log.warning("broker %s: metadata connection suspended; writes wait until ownership is re-verified",
+                        self.me.broker_id)
+            self.writable = False
+            return
+        if state is SessionState.CONNECTED and not self.writable:
+            self._verifying = asyncio.get_running_loop().create_task(self._reverify())
+            return
         if state is SessionState.LOST:
+            self.writable = True  # nothing is ours any more; new acquisitions start from scratch
             log.warning("broker %s lost its metadata session: its %d bundles are no longer its own",
                         self.me.broker_id, len(self.owned))
             self.owned.clear()

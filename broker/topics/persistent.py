@@ -18,7 +18,7 @@ import logging
 import time
 
 from broker.errors import (
-    BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError,
+    BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
     SubscriptionNotFoundError, TopicFencedError,
 )
 from broker.subscriptions import SubscriptionType
@@ -124,6 +124,9 @@ class PersistentTopic:
                       num_messages: int, data: bytes) -> Position:
         """Persist one entry; returns its position (DUPLICATE for a deduplicated resend)."""
         self._check_open()
+        ownership = self.service.ownership
+        if ownership is not None and not ownership.writable:
+            raise ServiceNotReadyError(f"broker is re-verifying its ownership of {self.name}; retry")
         status = self.dedup.check(producer.name, sequence_id, highest_sequence_id)
         if status is DupStatus.DUPLICATE:
             return DUPLICATE

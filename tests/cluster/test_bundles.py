@@ -61,3 +61,30 @@ async def test_an_expired_session_gives_up_its_bundles(zk_url):
     finally:
         await store.close()
         await other_store.close()
+
+
+async def test_a_suspended_broker_stops_writes_until_it_has_re_verified_ownership():
+    import uuid
+
+    from storage.metadata import SessionState
+
+    store = await open_store(f"memory://suspend-{uuid.uuid4().hex[:8]}")
+    try:
+        me = Ownership(store, BrokerInfo("a", "pulsar://a:1", "http://a:2"), 4, lambda: None)
+        kept, taken = parse_topic("persistent://public/default/kept"), None
+        for i in range(50):  # a topic in another bundle, to be "taken" while we are suspended
+            candidate = parse_topic(f"persistent://public/default/other-{i}")
+            if me.path_of(candidate) != me.path_of(kept):
+                taken = candidate
+                break
+        await me.try_acquire(kept)
+        await me.try_acquire(taken)
+        me._session_changed(SessionState.SUSPENDED)  # scripted: the connection dropped
+        assert not me.writable
+        await store.delete(me.path_of(taken))  # meanwhile the bundle went to someone else
+        await store.create(me.path_of(taken), b'{"brokerId": "b", "nativeUrl": "pulsar://b:1", "httpUrl": "http://b:2"}')
+        me._session_changed(SessionState.CONNECTED)
+        await me._verifying
+        assert me.writable and me.owns(kept) and not me.owns(taken)
+    finally:
+        await store.close()
