@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ./data
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow venv zookeeper bench proto clean
+.PHONY: run test test-slow venv zookeeper bench loadtest proto clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,10 @@ test-slow: venv zookeeper
 
 bench: venv
 	$(PY) -m loadtest.bench ledger
+
+# A short headless locust scenario (50 users) against its own `broker standalone`; prints the summary.
+loadtest: venv
+	$(PY) -m loadtest.locust_run --users 50 --spawn-rate 10 --duration 30s
 
 # Regenerate the Pulsar protocol's Python code from our own .proto (the output is committed).
 proto: venv
