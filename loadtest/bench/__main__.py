@@ -18,6 +18,7 @@ SUITES.update({name: ("loadtest.bench.broker", (name,)) for name in ("produce", 
 SUITES["broker-cluster"] = ("loadtest.bench.broker", None)
 SUITES["client"] = ("loadtest.bench.client", None)
 SUITES["failover"] = ("loadtest.bench.failover", None)
+SUITES["peers"] = ("loadtest.bench.peers", None)
 
 
 def main(argv: list[str] | None = None) -> int:

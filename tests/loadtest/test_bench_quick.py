@@ -65,3 +65,15 @@ def test_failover_suite_quick_reports_both_figures(tmp_path):
     assert r["trials"] == 2 and len(r["kill9_to_first_ack_s"]["all"]) == 2
     assert 0 < r["kill9_to_first_ack_s"]["p50"] <= r["kill9_to_first_ack_s"]["max"]
     assert len(r["unload_publish_gap_s"]["all"]) == 2 and r["unload_publish_gap_s"]["max"] > 0
+
+
+def test_peers_suite_quick_measures_nats_and_magnetar_in_one_run(tmp_path):
+    out = tmp_path / "peers.json"
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "peers", "--quick", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    r = json.loads(out.read_text())["results"]
+    assert r["nats_jetstream"]["produce_msg_per_s"] > 0 and r["nats_jetstream"]["consume_msg_per_s"] > 0
+    assert r["pulsar_client"]["msg_per_s"] > 0 and r["magnetar"]["produce_msg_per_s"] > 0
+    assert r["ratio_magnetar_to_nats"] == r["magnetar"]["produce_msg_per_s"] / r["nats_jetstream"]["produce_msg_per_s"]
+    assert r["loopback_tcp_mb_per_s"] > 0 and r["disk_512b"]["fsyncs_per_s"] > 0
