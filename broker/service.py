@@ -30,6 +30,7 @@ from broker.topics.persistent import PersistentTopic
 from storage.client import ClientConfig, LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
+from storage.shared_load import SharedLoads
 from storage.metadata import MetadataStore, open_store
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class BrokerService:
         self.factory = factory
         self.resources = Resources(store)
         self.topics: dict[str, PersistentTopic] = {}
-        self._loading: dict[str, asyncio.Future] = {}
+        self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
@@ -142,22 +143,12 @@ class BrokerService:
         topic = self.topics.get(key)
         if topic is not None and not topic.closed:
             return topic
-        loading = self._loading.get(key)
-        if loading is None:
-            loading = asyncio.get_running_loop().create_future()
-            self._loading[key] = loading
-            try:
-                topic = await self._load(name, create, admin)
-                self.topics[key] = topic
-                loading.set_result(topic)
-            except BaseException as exc:
-                loading.set_exception(exc)
-                loading.exception()  # retrieved: waiters re-raise it themselves
-                raise
-            finally:
-                self._loading.pop(key, None)
-            return topic
-        return await asyncio.shield(loading)
+        async def load() -> PersistentTopic:
+            loaded = await self._load(name, create, admin)
+            self.topics[key] = loaded
+            return loaded
+
+        return await self._loading.load(key, load)
 
     async def _load(self, name: TopicName, create: bool, admin: bool) -> PersistentTopic:
         await self._check_namespace(name)

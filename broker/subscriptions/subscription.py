@@ -153,16 +153,18 @@ class Subscription:
     async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
         if ack_set is not None:
             batch_size = batch_size or consumer.pending.batch_size(position) or 0
-        if ack_set is not None and batch_size > 0 and longs_to_bitset(ack_set, batch_size):
+        partial = None
+        remaining = longs_to_bitset(ack_set, batch_size) if ack_set is not None and batch_size > 0 else set()
+        if remaining:
             # Part of this batch is acked: ack those indexes, and everything before the entry in full.
-            remaining = longs_to_bitset(ack_set, batch_size)
             partial = self.cursor.delete_batch_indexes(position, set(range(batch_size)) - remaining, batch_size)
-            if position.entry_id == 0:
-                await partial
-                return
-            position = Position(position.ledger_id, position.entry_id - 1)
-        if position > self.cursor.mark_delete_position:
+            position = Position(position.ledger_id, position.entry_id - 1) if position.entry_id > 0 else None
+        if position is not None and position > self.cursor.mark_delete_position:
             await self.cursor.mark_delete(position)
+        if partial is not None:
+            await partial
+        if position is None:
+            return
         for p in consumer.pending.remove_up_to(position):
             self.dispatcher.redelivery.remove(p)
 

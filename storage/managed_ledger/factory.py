@@ -16,6 +16,7 @@ from storage.errors import NoNodeError, StorageError
 from storage.managed_ledger.config import ManagedLedgerConfig
 from storage.managed_ledger.ledger import ManagedLedger
 from storage.managed_ledger.metadata import ROOT, ledger_path
+from storage.shared_load import SharedLoads
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class ManagedLedgerFactory:
         self.clock = clock
         self.hooks = hooks or Hooks()
         self._ledgers: dict[str, ManagedLedger] = {}
-        self._opening: dict[str, asyncio.Future] = {}
+        self._opening: SharedLoads[ManagedLedger] = SharedLoads()
         self._tasks: set[asyncio.Task] = set()
 
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
@@ -42,22 +43,13 @@ class ManagedLedgerFactory:
         ml = self._ledgers.get(name)
         if ml is not None:
             return ml
-        pending = self._opening.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut = asyncio.get_running_loop().create_future()
-        self._opening[name] = fut
-        try:
-            ml = await ManagedLedger(self, name, (config or ManagedLedgerConfig()).validate()).open()
-            self._ledgers[name] = ml
-            fut.set_result(ml)
-            return ml
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            self._opening.pop(name, None)
+
+        async def start() -> ManagedLedger:
+            opened = await ManagedLedger(self, name, (config or ManagedLedgerConfig()).validate()).open()
+            self._ledgers[name] = opened
+            return opened
+
+        return await self._opening.load(name, start)
 
     def get(self, name: str) -> ManagedLedger | None:
         return self._ledgers.get(name)

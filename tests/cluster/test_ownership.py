@@ -12,7 +12,7 @@ import pytest
 import magnetar
 
 from tests.harness.processes import BrokerProcess, wait_until
-from tests.official_client.support import receive_n
+from tests.official_client.support import distinct_in_order, receive_n
 
 SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
 
@@ -34,18 +34,6 @@ def _lookup(broker, topic):
     name = topic.split("://", 1)[1]
     with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{name}", timeout=10) as resp:
         return json.loads(resp.read())["brokerUrl"]
-
-
-def _in_order_without_repeats(consumer, count: int) -> list[int]:
-    """The first ``count`` distinct values in arrival order. A send whose receipt was lost in a hand-off is
-    resent and may be stored twice (at-least-once without dedup); the repeat comes right after the original."""
-    seen, highest = [], -1
-    while len(seen) < count:
-        v = int(receive_n(consumer, 1, timeout_s=60)[0].data())
-        if v > highest:
-            seen.append(v)
-            highest = v
-    return seen
 
 
 def _client(url, api=pulsar):
@@ -113,7 +101,7 @@ def test_kill_9_of_the_owner_moves_the_topic_and_loses_nothing_acknowledged(two_
         stop.set()
         worker.join(60)
         assert _lookup(survivor, topic) == survivor.service_url
-        assert _in_order_without_repeats(consumer, len(acked)) == acked  # every acknowledged message, in order
+        assert distinct_in_order(consumer, len(acked)) == acked  # every acknowledged message, in order
     finally:
         client.close()
 
@@ -215,6 +203,6 @@ def test_graceful_hand_off_surfaces_no_error(two_brokers, how):
 
         acked, errors = _steady_production(client, topic, hand_off)
         assert errors == []
-        assert _in_order_without_repeats(consumer, len(acked)) == acked
+        assert distinct_in_order(consumer, len(acked)) == acked
     finally:
         client.close()

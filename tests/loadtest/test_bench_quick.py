@@ -10,13 +10,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_ledger_suite_quick_writes_complete_json(tmp_path):
-    out = tmp_path / "ledger.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "ledger", "--quick", "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+def run_suite(suite: str, tmp_path, timeout_s: int):
+    """``python -m loadtest.bench SUITE --quick``; asserts it exited 0 and returns (process, JSON document)."""
+    out = tmp_path / f"{suite}.json"
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
     assert result.returncode == 0, result.stderr[-2000:]
+    return result, json.loads(out.read_text())
+
+
+def test_ledger_suite_quick_writes_complete_json(tmp_path):
+    result, doc = run_suite("ledger", tmp_path, timeout_s=300)
     assert "1 KiB adds" in result.stdout and "disk fdatasync 64 KiB" in result.stdout
-    doc = json.loads(out.read_text())
     assert doc["suite"] == "ledger" and doc["machine"]["cpus"] >= 1
     r = doc["results"]
     for run in ("throughput_1k", "throughput_64k"):
@@ -29,12 +34,9 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
 
 
 def test_broker_suite_quick_writes_complete_json(tmp_path):
-    out = tmp_path / "broker.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "broker", "--quick", "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result, doc = run_suite("broker", tmp_path, timeout_s=600)
     assert "produce 100 B, batching" in result.stdout and "end-to-end at 1,000/s" in result.stdout
-    r = json.loads(out.read_text())["results"]
+    r = doc["results"]
     assert r["produce"]["msg_per_s"] > 0 and r["produce"]["failures"] == 0
     for run, prefix in (("latency", "publish"), ("e2e", "e2e")):
         assert r[run]["messages"] == 2000
@@ -45,11 +47,8 @@ def test_broker_suite_quick_writes_complete_json(tmp_path):
 
 
 def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path):
-    out = tmp_path / "client.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "client", "--quick", "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    r = json.loads(out.read_text())["results"]
+    result, doc = run_suite("client", tmp_path, timeout_s=600)
+    r = doc["results"]
     for side in ("magnetar", "official"):
         assert r[side]["consume_msg_per_s"] > 0
     assert r["magnetar"]["produce_msg_per_s"] > 0 and r["official"]["msg_per_s"] > 0
@@ -57,22 +56,16 @@ def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path)
 
 
 def test_failover_suite_quick_reports_both_figures(tmp_path):
-    out = tmp_path / "failover.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "failover", "--quick", "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    r = json.loads(out.read_text())["results"]
+    result, doc = run_suite("failover", tmp_path, timeout_s=600)
+    r = doc["results"]
     assert r["trials"] == 2 and len(r["kill9_to_first_ack_s"]["all"]) == 2
     assert 0 < r["kill9_to_first_ack_s"]["p50"] <= r["kill9_to_first_ack_s"]["max"]
     assert len(r["unload_publish_gap_s"]["all"]) == 2 and r["unload_publish_gap_s"]["max"] > 0
 
 
 def test_peers_suite_quick_measures_nats_and_magnetar_in_one_run(tmp_path):
-    out = tmp_path / "peers.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", "peers", "--quick", "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    r = json.loads(out.read_text())["results"]
+    result, doc = run_suite("peers", tmp_path, timeout_s=600)
+    r = doc["results"]
     assert r["nats_jetstream"]["produce_msg_per_s"] > 0 and r["nats_jetstream"]["consume_msg_per_s"] > 0
     assert r["pulsar_client"]["msg_per_s"] > 0 and r["magnetar"]["produce_msg_per_s"] > 0
     assert r["ratio_magnetar_to_nats"] == r["magnetar"]["produce_msg_per_s"] / r["nats_jetstream"]["produce_msg_per_s"]

@@ -44,6 +44,19 @@ def assert_nothing_more(consumer, within_ms: int = 500) -> None:
     raise AssertionError(f"unexpected extra message {msg.data()!r} (id {msg.message_id()})")
 
 
+def distinct_in_order(consumer, count: int, timeout_s: float = 60.0) -> list[int]:
+    """The first ``count`` distinct integer payloads, in arrival order. A send whose receipt was lost in a
+    hand-off or restart is resent and may be stored twice (at-least-once without dedup); the repeat comes
+    after the original, so it is dropped by keeping only values above the highest seen."""
+    seen, highest = [], -1
+    while len(seen) < count:
+        v = int(receive_n(consumer, 1, timeout_s=timeout_s)[0].data())
+        if v > highest:
+            seen.append(v)
+            highest = v
+    return seen
+
+
 def payloads(messages) -> list[bytes]:
     return [m.data() for m in messages]
 
