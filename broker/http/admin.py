@@ -274,6 +274,15 @@ async def internal_stats(request):
     return web.json_response((await _loaded(request)).internal_stats())
 
 
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/lastMessageId")
+async def last_message_id(request):
+    """Pulsar's shape; an empty topic answers entryId -1."""
+    topic = await _loaded(request)
+    position, batch_index = await topic.last_message_id()
+    return web.json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
+                              "partitionIndex": topic.name.partition_index, "batchIndex": batch_index})
+
+
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
 async def partitioned_stats(request):
     service, topic = _service(request), _topic(request)

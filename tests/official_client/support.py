@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+import urllib.error
+import urllib.request
 
 import pulsar
 
@@ -97,3 +100,16 @@ class RawConnection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def admin_call(broker, method, path, body=None, raw: bytes | None = None):
+    """An admin REST call on ``broker``: (HTTP status, the JSON or raw body)."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(f"{broker.web_url}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            text = resp.read()
+            return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json" else text)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 
 import pulsar
 import pytest
 
-from tests.official_client.support import payloads, receive_n
-
-
-def call(broker, method, path, body=None, raw: bytes | None = None):
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(f"{broker.web_url}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=15) as resp:
-            text = resp.read()
-            return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json" else text)
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+from tests.official_client.support import admin_call as call, payloads, receive_n
 
 
 def test_tenants_and_namespaces(standalone):

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 
 import pulsar
 
-from tests.official_client.support import assert_nothing_more, payloads, receive_n
-
-
-def _admin(broker, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{broker.web_url}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.read()
+from tests.official_client.support import admin_call, assert_nothing_more, payloads, receive_n
 
 
 def _dedup_namespace(broker, ns):
-    _admin(broker, "PUT", f"/admin/v2/namespaces/public/{ns}")
-    _admin(broker, "POST", f"/admin/v2/namespaces/public/{ns}/deduplication", True)
+    admin_call(broker, "PUT", f"/admin/v2/namespaces/public/{ns}")
+    admin_call(broker, "POST", f"/admin/v2/namespaces/public/{ns}/deduplication", True)
 
 
 def test_resent_sequence_ids_are_stored_once_even_after_a_restart(start_standalone):
