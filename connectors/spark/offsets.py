@@ -149,6 +149,17 @@ def split_range(start: Offset, end: Offset, ledgers: list[LedgerInfo], max_entri
     return list(zip(bounds, bounds[1:]))
 
 
+def range_entries(start: Offset, end: Offset, ledgers: list[LedgerInfo]) -> int:
+    """How many entries (start, end] touches: what task sizes are measured in."""
+    total = 0
+    for info in ledgers:
+        if start.ledger <= info.ledger_id <= end.ledger:
+            first = max(start.entry, 0) if info.ledger_id == start.ledger else 0
+            last = end.entry if info.ledger_id == end.ledger else info.entries - 1
+            total += max(0, last - first + 1)
+    return total
+
+
 def lost_range(start: Offset, ledgers: list[LedgerInfo], mark_delete: Offset | None) -> tuple[Offset, Offset] | None:
     """The part of the data after ``start`` that retention deleted, as (start, first stored entry), or None.
 

@@ -23,7 +23,7 @@ class MagnetarOptionError(ValueError):
 SOURCE_OPTIONS = {
     "service.url", "admin.url", "topic", "topics", "topicsPattern", "subscription", "startingOffsets",
     "endingOffsets", "failOnDataLoss", "maxMessagesPerTrigger", "pollTimeoutMs", "waitingForNonExistedTopic",
-    "maxEntriesPerPartition",
+    "maxEntriesPerPartition", "minPartitions",
 }
 SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs"}
 # Options Spark itself may hand to a data source; they carry no meaning here.
@@ -45,6 +45,7 @@ class SourceOptions:
     poll_timeout_ms: int
     wait_for_topic: bool
     max_entries_per_partition: int
+    min_partitions: int  # Kafka's option: cut ranges finer until a micro-batch has at least this many tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,7 @@ def parse_source_options(raw: dict[str, str]) -> SourceOptions:
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 120_000),
         wait_for_topic=_bool(opts, "waitingForNonExistedTopic", False),
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 5_000),
+        min_partitions=_int(opts, "minPartitions", 1),
     )
 
 

@@ -30,7 +30,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from connectors.spark.admin import Admin, TopicMissing, matching_partitions, topic_partitions
 from connectors.spark.offsets import (
-    EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, split_range, split_topic,
+    EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
+    split_topic,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
 
@@ -236,7 +237,7 @@ class _Driver:
     # planning
 
     def plan(self, start: dict[str, Offset], end: dict[str, Offset]) -> list[RangePartition]:
-        parts = []
+        ranges = []
         for tp in sorted(end):
             begin, stop = start.get(tp, EARLIEST), end[tp]
             if not after(stop, begin):
@@ -250,9 +251,11 @@ class _Driver:
                     raise DataLossError(what + " (set failOnDataLoss=false to skip them)")
                 log.warning("%s; skipping them (failOnDataLoss=false)", what)
                 begin = EARLIEST
-            parts += [RangePartition(tp, a.encode(), b.encode())
-                      for a, b in split_range(begin, stop, ledgers, self.o.max_entries_per_partition)]
-        return parts
+            ranges.append((tp, begin, stop, ledgers))
+        entries = sum(range_entries(begin, stop, ledgers) for _, begin, stop, ledgers in ranges)
+        per_task = max(1, min(self.o.max_entries_per_partition, -(-entries // self.o.min_partitions)))
+        return [RangePartition(tp, a.encode(), b.encode())
+                for tp, begin, stop, ledgers in ranges for a, b in split_range(begin, stop, ledgers, per_task)]
 
     # commits
 

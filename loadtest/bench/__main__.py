@@ -19,6 +19,7 @@ SUITES["broker-cluster"] = ("loadtest.bench.broker", None)
 SUITES["client"] = ("loadtest.bench.client", None)
 SUITES["failover"] = ("loadtest.bench.failover", None)
 SUITES["peers"] = ("loadtest.bench.peers", None)
+SUITES["spark"] = ("loadtest.bench.spark", None)
 
 
 def main(argv: list[str] | None = None) -> int:

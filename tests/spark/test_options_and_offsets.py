@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from connectors.spark.offsets import (
-    EARLIEST, LedgerInfo, Offset, in_range, lost_range, message_key, parse_offset, split_range, split_topic, topic_url,
+    EARLIEST, LedgerInfo, Offset, in_range, lost_range, message_key, parse_offset, range_entries, split_range, split_topic,
+    topic_url,
 )
 from connectors.spark.options import MagnetarOptionError, parse_sink_options, parse_source_options
 
@@ -148,3 +149,12 @@ def test_split_ranges_cover_every_message_exactly_once():
 ])
 def test_lost_range(start, ledgers, mark_delete, lost):
     assert lost_range(start, ledgers, mark_delete) == lost
+
+
+@pytest.mark.parametrize("start, end, entries", [
+    (EARLIEST, Offset(3, 9), 10),
+    (Offset(3, 4), Offset(7, 1), 5 + 1 + 2),  # the rest of entry 4 (a batch may continue there), 5..9, then 0..1
+    (EARLIEST, Offset(9, -1), 14),
+])
+def test_range_entries(start, end, entries):
+    assert range_entries(start, end, LEDGERS) == entries

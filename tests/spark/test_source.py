@@ -134,6 +134,9 @@ def test_batch_read_between_offsets_returns_exactly_that_range(magnetar_format, 
     assert pulsar.MessageId.deserialize(row.messageId) == ids[45]
     everything = magnetar_format(stream=False, topic=topic).collect()
     assert sorted(r.value for r in everything) == values
+    split = magnetar_format(stream=False, topic=topic, minPartitions=3)  # cut at entry boundaries into 3 tasks
+    assert split.rdd.getNumPartitions() == 3
+    assert sorted(r.value for r in split.collect()) == values
 
 
 def test_fail_on_data_loss_fails_or_skips_what_retention_deleted(magnetar_format, client, standalone, topic):

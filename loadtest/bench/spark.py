@@ -1,0 +1,112 @@
+"""Spark suite: a streaming query drains a backlog from ``format("magnetar")`` in local[2].
+
+The figure is rows/s from the query's start to the end of its last micro-batch, with every row going to
+Spark's ``noop`` sink. The reference, in the same run and the same session, is Spark's own
+``rate-micro-batch`` source into the same sink: what the engine does with a source that costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loadtest.bench.broker import MESSAGE_BYTES, _Deployment
+from loadtest.bench.report import print_table
+
+
+def _session():
+    from pyspark.sql import SparkSession
+
+    from connectors.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (SparkSession.builder.master("local[2]").appName("magnetar-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _drain(query) -> dict:
+    start = time.perf_counter()
+    try:
+        query.processAllAvailable()
+        elapsed = time.perf_counter() - start
+        rows = sum(p["numInputRows"] for p in query.recentProgress)
+    finally:
+        query.stop()
+    return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed}
+
+
+def magnetar_stream(spark, deployment, topic: str) -> dict:
+    frame = (spark.readStream.format("magnetar").option("service.url", deployment.broker.service_url)
+             .option("admin.url", deployment.broker.web_url).option("topic", topic)
+             .option("subscription", "bench").option("minPartitions", 2).load())  # both cores read
+    return _drain(frame.writeStream.format("noop").start())
+
+
+def rate_stream(spark, rows: int, batches: int = 10) -> dict:
+    """Spark's rate-micro-batch source: ``batches`` micro-batches of ``rows / batches`` rows."""
+    frame = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows // batches)
+             .option("numPartitions", 2).load())
+    query = frame.writeStream.format("noop").trigger(processingTime="0 seconds").start()
+    start = time.perf_counter()
+    try:
+        while sum(p["numInputRows"] for p in query.recentProgress) < rows:
+            query.awaitTermination(0.05)  # polls the query's own progress; returns early only on failure
+        elapsed = time.perf_counter() - start
+        done = sum(p["numInputRows"] for p in query.recentProgress)
+    finally:
+        query.stop()
+    return {"rows": done, "seconds": elapsed, "rows_per_s": done / elapsed}
+
+
+def run(quick: bool = False) -> dict:
+    backlog = 50_000 if quick else 1_000_000
+    root = Path(tempfile.mkdtemp(prefix="magnetar-bench-spark-"))
+    deployment = _Deployment(root, cluster=False)
+    spark = _session()
+    try:
+        topic = f"persistent://public/default/bench-spark-{time.time_ns()}"
+        written = produce_backlog(deployment.broker.service_url, topic, backlog)
+        ours = magnetar_stream(spark, deployment, topic)
+        reference = rate_stream(spark, backlog)
+    finally:
+        spark.stop()
+        deployment.stop()
+    results = {
+        "magnetar_source": ours, "rate_source": reference, "ratio": ours["rows_per_s"] / reference["rows_per_s"],
+        "produce": written,
+        "config": {"backlog": backlog, "message_bytes": MESSAGE_BYTES, "spark_master": "local[2]", "sink": "noop",
+                   "quick": quick},
+    }
+    print_table("Spark structured streaming, local[2], noop sink", [
+        {"source": "magnetar (backlog drain)", "rows": ours["rows"], "seconds": ours["seconds"], "rows/s": ours["rows_per_s"]},
+        {"source": "rate-micro-batch (reference)", "rows": reference["rows"], "seconds": reference["seconds"],
+         "rows/s": reference["rows_per_s"]},
+        {"source": "ratio magnetar / rate", "rows/s": results["ratio"]},
+    ], ["source", "rows", "seconds", "rows/s"])
+    return results
+
+
+def produce_backlog(url: str, topic: str, messages: int) -> dict:
+    """The backlog, written with batching before the query starts (the produce figure itself is the broker suite's)."""
+    import pulsar
+
+    client = pulsar.Client(url, operation_timeout_seconds=60)
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+                                          batching_max_publish_delay_ms=5, max_pending_messages=50_000,
+                                          block_if_queue_full=True, send_timeout_millis=0)
+        body = b"x" * MESSAGE_BYTES
+        start = time.perf_counter()
+        for _ in range(messages):
+            producer.send_async(body, None)
+        producer.flush()
+        return {"messages": messages, "seconds": time.perf_counter() - start}
+    finally:
+        client.close()
