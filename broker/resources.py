@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
 from broker.topics.names import NamespaceName, TopicName, check_segment, encode_local_name
-from storage.errors import MetadataError, NodeExistsError, NoNodeError
+from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
 
 POLICIES_ROOT = "/admin/policies"
@@ -157,6 +157,25 @@ class Resources:
         if topic.partition_index >= 0:
             raise NotAllowedError(f"{topic} is a partition name; a partitioned topic may not end in -partition-<n>")
         await self._create(self._partitioned_path(topic), {"partitions": partitions}, f"topic {topic} already exists")
+
+    async def update_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
+        """Grow a partitioned topic (Pulsar's updatePartitionedTopic): one conditional write, never a shrink."""
+        path = self._partitioned_path(topic)
+        try:
+            data, stat = await self.store.get(path)
+        except NoNodeError as exc:
+            raise NotFoundError(f"partitioned topic {topic} does not exist") from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"reading partitions of {topic}: {exc}") from exc
+        current = int(json.loads(data)["partitions"])
+        if partitions <= current:
+            raise NotAllowedError(f"{topic} has {current} partitions; the count can only grow, got {partitions}")
+        try:
+            await self.store.set(path, _dump({"partitions": partitions}), stat.version)
+        except BadVersionError as exc:
+            raise ConflictError(f"the partitions of {topic} changed concurrently; read them and retry") from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"updating partitions of {topic}: {exc}") from exc
 
     async def partition_count(self, topic: TopicName) -> int:
         """Partitions of ``topic``; 0 when it is not a partitioned topic."""

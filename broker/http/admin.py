@@ -224,6 +224,15 @@ async def create_partitioned(request):
     return web.Response(status=204)
 
 
+@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+async def update_partitioned(request):
+    partitions = await _json(request)
+    if not isinstance(partitions, int) or isinstance(partitions, bool):
+        raise BadRequest("the body must be the number of partitions")
+    await _service(request).resources.update_partitioned_topic(_topic(request), partitions)
+    return web.Response(status=204)
+
+
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
 async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})

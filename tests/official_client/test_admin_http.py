@@ -54,6 +54,18 @@ def test_bad_requests_get_specific_errors(standalone, method, path, body, raw, s
     assert got_status == status and reason in got["reason"]
 
 
+def test_partitioned_topics_grow_and_never_shrink(standalone, topic):
+    path = "/admin/v2/" + topic.replace("://", "/") + "/partitions"
+    assert call(standalone, "POST", path, 3)[0] == 404  # not a partitioned topic yet
+    assert call(standalone, "PUT", path, 2)[0] == 204
+    assert call(standalone, "POST", path, 4)[0] == 204
+    assert call(standalone, "GET", path)[1] == {"partitions": 4}
+    status, body = call(standalone, "POST", path, 3)
+    assert status == 405 and "can only grow" in body["reason"]
+    empty = call(standalone, "GET", "/admin/v2/" + topic.replace("://", "/") + "-partition-3/lastMessageId")
+    assert empty[0] == 404  # a partition nobody has written to does not exist yet
+
+
 def test_topics_stats_subscriptions_and_lookup(standalone, client, topic):
     name = topic.split("://", 1)[1]
     assert call(standalone, "PUT", f"/admin/v2/persistent/{name}")[0] == 204
@@ -64,6 +76,8 @@ def test_topics_stats_subscriptions_and_lookup(standalone, client, topic):
     ids = [producer.send(f"{i}".encode()) for i in range(5)]
     stats = call(standalone, "GET", f"/admin/v2/persistent/{name}/stats")[1]
     assert stats["msgInCounter"] == 5 and stats["subscriptions"]["audit"]["msgBacklog"] == 5
+    last = call(standalone, "GET", f"/admin/v2/persistent/{name}/lastMessageId")[1]
+    assert (last["ledgerId"], last["entryId"], last["batchIndex"]) == (ids[4].ledger_id(), ids[4].entry_id(), -1)
     internal = call(standalone, "GET", f"/admin/v2/persistent/{name}/internalStats")[1]
     assert internal["numberOfEntries"] == 5 and "audit" in internal["cursors"] and internal["ledgers"]
     status, _ = call(standalone, "POST", f"/admin/v2/persistent/{name}/subscription/audit/resetcursor",

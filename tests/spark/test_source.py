@@ -194,3 +194,18 @@ def test_a_missing_topic_is_an_error_unless_the_query_waits_for_it(spark, magnet
         wait_until(lambda: spark.sql(f"select * from {name}").count() == 2, 60, "the late topic's messages")
     finally:
         query.stop()
+
+
+def test_partitions_added_to_a_running_query_are_read_from_their_start(spark, magnetar_format, client, partitioned, standalone):
+    produce(client, partitioned, [b"before-%d" % i for i in range(30)], batched=False)
+    name = f"grown_{uuid.uuid4().hex[:8]}"
+    query = magnetar_format(topic=partitioned).writeStream.format("memory").queryName(name).start()
+    try:
+        query.processAllAvailable()
+        assert admin_call(standalone, "POST", admin_path(partitioned) + "/partitions", 4)[0] == 204
+        produce(client, f"{partitioned}-partition-3", [b"new-1", b"new-2"], batched=False)
+        wait_until(lambda: spark.sql(f"select * from {name}").count() == 32, 60, "the new partition's messages")
+    finally:
+        query.stop()
+    rows = spark.sql(f"select partition, value from {name} where partition = 3").collect()
+    assert sorted(r.value for r in rows) == [b"new-1", b"new-2"]
