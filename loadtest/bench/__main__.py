@@ -2,13 +2,16 @@
 
 Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in one run, standalone),
 ``broker-cluster`` (the same against ZooKeeper + 3 bookie processes + `broker start`), or one of
-``produce``, ``latency``, ``e2e``, ``catchup``, ``topics`` (the official client against `broker standalone`).
+``produce``, ``latency``, ``e2e``, ``catchup``, ``topics`` (the official client against `broker standalone`);
+``client``, ``failover``, ``peers``, ``spark``; ``all`` runs every suite, and ``all --report docs/`` writes
+docs/BENCHMARKS.md with its charts.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 from loadtest.bench.report import write_json
@@ -20,6 +23,7 @@ SUITES["client"] = ("loadtest.bench.client", None)
 SUITES["failover"] = ("loadtest.bench.failover", None)
 SUITES["peers"] = ("loadtest.bench.peers", None)
 SUITES["spark"] = ("loadtest.bench.spark", None)
+SUITES["all"] = ("loadtest.bench.all", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,15 +31,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--quick", action="store_true", help="a short run (seconds), for smoke tests")
     parser.add_argument("--out", default=None, help="JSON output path (default results/bench-<suite>.json)")
+    parser.add_argument("--report", default=None, metavar="DIR",
+                        help="with `all`: write DIR/BENCHMARKS.md and its PNG charts from the results")
+    parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
+                        help="with `all`: run only these suites (the report covers what ran)")
     args = parser.parse_args(argv)
+    if (args.report or args.only) and args.suite != "all":
+        parser.error("--report and --only need the `all` suite")
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
+    if args.only:
+        kwargs["only"] = tuple(name.strip() for name in args.only.split(",") if name.strip())
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
     results = importlib.import_module(module).run(quick=args.quick, **kwargs)
     path = write_json(args.out or f"results/bench-{args.suite}.json", args.suite, results)
     print(f"\nJSON written to {path}")
-    return 0
+    if args.report:
+        from loadtest.bench.markdown import write_report
+
+        command = "python -m loadtest.bench all" + (" --quick" if args.quick else "") + f" --report {args.report}"
+        report = write_report(json.loads(path.read_text()), args.report, command)
+        print(f"report written to {report}")
+    failed = [name for name, r in results.items() if isinstance(r, dict) and "error" in r] if args.suite == "all" else []
+    if failed:
+        print(f"suites that failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

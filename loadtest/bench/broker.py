@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from loadtest.bench.disk import fsync_bandwidth
-from loadtest.bench.report import latency_summary_ms, print_table
+from loadtest.bench.report import cdf_ms, latency_summary_ms, print_table
 
 MESSAGE_BYTES = 100
 CALLBACK_EVERY = 100
@@ -55,7 +55,7 @@ def _client(url: str):
     return pulsar.Client(url, operation_timeout_seconds=60, io_threads=2)
 
 
-def produce(url: str, messages: int) -> dict:
+def produce(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
     import pulsar
 
     client = _client(url)
@@ -65,7 +65,7 @@ def produce(url: str, messages: int) -> dict:
             batching_max_messages=1000, batching_max_publish_delay_ms=5, max_pending_messages=50_000,
             block_if_queue_full=True, send_timeout_millis=0,
         )
-        body = b"x" * MESSAGE_BYTES
+        body = b"x" * body_bytes
         failures = []
 
         def callback(res, _msg_id):
@@ -82,8 +82,8 @@ def produce(url: str, messages: int) -> dict:
             producer.send_async(body, callback if i % CALLBACK_EVERY == 0 else None)
         producer.flush()
         elapsed = time.perf_counter() - start
-        return {"messages": messages, "msg_per_s": messages / elapsed, "mb_per_s": messages * MESSAGE_BYTES / elapsed / 1e6,
-                "failures": len(failures)}
+        return {"messages": messages, "message_bytes": body_bytes, "msg_per_s": messages / elapsed,
+                "mb_per_s": messages * body_bytes / elapsed / 1e6, "failures": len(failures)}
     finally:
         client.close()
 
@@ -129,9 +129,11 @@ def steady(url: str, rate_per_s: int, duration_s: float, with_consumer: bool) ->
         if reader:
             received.wait(60)
         out = {"rate_per_s": rate_per_s, "messages": count,
-               **{f"publish_{k}": v for k, v in latency_summary_ms(publish_lat).items() if k != "count"}}
+               **{f"publish_{k}": v for k, v in latency_summary_ms(publish_lat).items() if k != "count"},
+               "publish_cdf_ms": cdf_ms(publish_lat)}
         if with_consumer:
             out.update({f"e2e_{k}": v for k, v in latency_summary_ms(e2e_lat).items() if k != "count"})
+            out["e2e_cdf_ms"] = cdf_ms(e2e_lat)
         return out
     finally:
         client.close()

@@ -18,7 +18,7 @@ from loadtest.bench.report import print_table
 MESSAGE_BYTES = 100
 
 
-async def _magnetar(url: str, messages: int) -> dict:
+async def _magnetar(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
     from magnetar.asyncio import Client
 
     client = Client(url, operation_timeout_seconds=60)
@@ -28,7 +28,7 @@ async def _magnetar(url: str, messages: int) -> dict:
         producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
                                                 batching_max_publish_delay_ms=5, max_pending_messages=messages + 1,
                                                 send_timeout_millis=0)
-        body = b"x" * MESSAGE_BYTES
+        body = b"x" * body_bytes
         start = time.perf_counter()
         for i in range(messages):
             last = producer.send_async(body)
@@ -43,7 +43,8 @@ async def _magnetar(url: str, messages: int) -> dict:
             if i % 1000 == 999:
                 await consumer.acknowledge_cumulative(msg)
         consumed = time.perf_counter() - start
-        return {"messages": messages, "produce_msg_per_s": messages / produced, "consume_msg_per_s": messages / consumed}
+        return {"messages": messages, "message_bytes": body_bytes, "produce_msg_per_s": messages / produced,
+                "produce_mb_per_s": messages * body_bytes / produced / 1e6, "consume_msg_per_s": messages / consumed}
     finally:
         await client.close()
 

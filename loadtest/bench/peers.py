@@ -57,19 +57,20 @@ def loopback_tcp_mb_per_s(seconds: float) -> float:
     return received[0] / elapsed / 1e6
 
 
-async def _nats(url: str, messages: int) -> dict:
+async def _nats(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
     import nats
 
     nc = await nats.connect(url)
+    stream = f"BENCH{body_bytes}"
     try:
         js = nc.jetstream()
-        await js.add_stream(name="BENCH", subjects=["bench"], storage="file")
-        body = b"x" * MESSAGE_BYTES
+        await js.add_stream(name=stream, subjects=[stream.lower()], storage="file")
+        body = b"x" * body_bytes
         start = time.perf_counter()
         for first in range(0, messages, WINDOW):
-            await asyncio.gather(*(js.publish("bench", body) for _ in range(min(WINDOW, messages - first))))
+            await asyncio.gather(*(js.publish(stream.lower(), body) for _ in range(min(WINDOW, messages - first))))
         produced = time.perf_counter() - start
-        sub = await js.pull_subscribe("bench", durable="bench")
+        sub = await js.pull_subscribe(stream.lower(), durable="bench")
         got = 0
         start = time.perf_counter()
         while got < messages:
@@ -77,7 +78,8 @@ async def _nats(url: str, messages: int) -> dict:
             await asyncio.gather(*(m.ack() for m in batch))
             got += len(batch)
         consumed = time.perf_counter() - start
-        return {"messages": messages, "produce_msg_per_s": messages / produced, "consume_msg_per_s": messages / consumed}
+        return {"messages": messages, "message_bytes": body_bytes, "produce_msg_per_s": messages / produced,
+                "produce_mb_per_s": messages * body_bytes / produced / 1e6, "consume_msg_per_s": messages / consumed}
     finally:
         await nc.close()
 
@@ -101,6 +103,14 @@ def _nats_server(root: Path):
     return proc, f"nats://127.0.0.1:{port}"
 
 
+SIZES = (100, 1024, 16 * 1024, 64 * 1024)
+SWEEP_BYTES = 200_000_000  # per system and size above 100 B: the message count is this budget / size
+
+
+def _count(size: int, n: int, quick: bool) -> int:
+    return n if size == MESSAGE_BYTES else max(200, min(n, (SWEEP_BYTES // 20 if quick else SWEEP_BYTES) // size))
+
+
 def run(quick: bool = False) -> dict:
     import uvloop
 
@@ -108,25 +118,50 @@ def run(quick: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-peers-"))
     results: dict = {
         "disk_512b": fsync_bandwidth(root, 512, 1.0 if quick else 3.0),
+        "disk_64k": fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0),
         "loopback_tcp_mb_per_s": loopback_tcp_mb_per_s(1.0 if quick else 3.0),
     }
+    sweep: dict[str, dict[str, dict]] = {"nats_jetstream": {}, "pulsar_client": {}, "magnetar": {}}
     proc, url = _nats_server(root)
     try:
-        results["nats_jetstream"] = uvloop.run(_nats(url, n))
+        for size in SIZES:
+            sweep["nats_jetstream"][str(size)] = uvloop.run(_nats(url, _count(size, n, quick), size))
     finally:
         proc.terminate()
         proc.wait(10)
     deployment = _Deployment(root, cluster=False)
     try:
-        results["pulsar_client"] = official_produce(deployment.broker.service_url, n)
-        results["magnetar"] = uvloop.run(_magnetar(deployment.broker.service_url, n))
+        for size in SIZES:
+            sweep["pulsar_client"][str(size)] = official_produce(deployment.broker.service_url, _count(size, n, quick), size)
+            sweep["magnetar"][str(size)] = uvloop.run(_magnetar(deployment.broker.service_url, _count(size, n, quick), size))
     finally:
         deployment.stop()
+    for system in sweep.values():  # one name for the produce rate across the three drivers
+        for r in system.values():
+            r.setdefault("produce_msg_per_s", r.get("msg_per_s"))
+            r.setdefault("produce_mb_per_s", r.get("mb_per_s"))
+    results["by_size"] = sweep
+    small = str(MESSAGE_BYTES)
+    results["nats_jetstream"], results["pulsar_client"], results["magnetar"] = (
+        sweep["nats_jetstream"][small], sweep["pulsar_client"][small], sweep["magnetar"][small])
     nats_rate = results["nats_jetstream"]["produce_msg_per_s"]
     results["ratio_pulsar_client_to_nats"] = results["pulsar_client"]["msg_per_s"] / nats_rate
     results["ratio_magnetar_to_nats"] = results["magnetar"]["produce_msg_per_s"] / nats_rate
-    results["config"] = {"messages": n, "message_bytes": MESSAGE_BYTES, "nats_window": WINDOW, "quick": quick,
-                         "magnetar": "broker standalone, E2/Qw2/Qa2, fsync on, batching on"}
+    # The 64 KiB target: every byte is fsync'd by Qw = 2 bookies on this one disk.
+    big = str(64 * 1024)
+    results["physical_limit_64k_mb_per_s"] = results["disk_64k"]["mb_per_s"] / 2
+    results["ratio_64k_to_physical"] = {
+        system: sweep[system][big]["produce_mb_per_s"] / results["physical_limit_64k_mb_per_s"]
+        for system in ("pulsar_client", "magnetar")}
+    results["config"] = {"messages": n, "message_bytes": MESSAGE_BYTES, "sizes": list(SIZES),
+                         "sweep_bytes": SWEEP_BYTES // 20 if quick else SWEEP_BYTES, "nats_window": WINDOW,
+                         "quick": quick, "magnetar": "broker standalone, E2/Qw2/Qa2, fsync on, batching on"}
+    _print(results)
+    return results
+
+
+def _print(results: dict) -> None:
+    nats_rate = results["nats_jetstream"]["produce_msg_per_s"]
     print_table("peers: 100-byte messages, one run", [
         {"system": "NATS JetStream (file, no per-message fsync)", "produce_msg_s": nats_rate,
          "consume_msg_s": results["nats_jetstream"]["consume_msg_per_s"], "vs_nats": 1.0},
@@ -138,4 +173,9 @@ def run(quick: bool = False) -> dict:
                    f"loopback TCP: {results['loopback_tcp_mb_per_s']:,.0f} MB/s", "produce_msg_s": "", "consume_msg_s": "",
          "vs_nats": ""},
     ], ["system", "produce_msg_s", "consume_msg_s", "vs_nats"])
-    return results
+    rows = [{"size_bytes": size, **{system: results["by_size"][system][str(size)]["produce_mb_per_s"]
+                                    for system in ("nats_jetstream", "pulsar_client", "magnetar")}}
+            for size in results["config"]["sizes"]]
+    rows.append({"size_bytes": "64 KiB limit", "magnetar": results["physical_limit_64k_mb_per_s"],
+                 "pulsar_client": f"disk 64 KiB fdatasync {results['disk_64k']['mb_per_s']:,.0f} MB/s / Qw 2"})
+    print_table("produce MB/s by message size", rows, ["size_bytes", "nats_jetstream", "pulsar_client", "magnetar"])

@@ -15,14 +15,42 @@ from pathlib import Path
 
 from storage.latency import percentile, summary_ms as latency_summary_ms  # noqa: F401 (re-exported)
 
+CDF_POINTS = [*range(0, 100, 2), 99, 99.5, 99.9, 99.99, 100]
+
+
+def cdf_ms(samples_s: list[float]) -> list[list[float]]:
+    """[percentile, milliseconds] pairs: enough of the distribution to draw its CDF, small enough for JSON."""
+    if not samples_s:
+        return []
+    ordered = sorted(samples_s)
+    return [[q, percentile(ordered, q) * 1000.0] for q in CDF_POINTS]
+
 
 def machine() -> dict:
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name"),
+        "memory_gib": _memory_gib(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _proc_field(path: str, name: str) -> str | None:
+    try:
+        for line in Path(path).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _memory_gib() -> float | None:
+    total = _proc_field("/proc/meminfo", "MemTotal")  # "24675432 kB"
+    return int(total.split()[0]) / 1024 / 1024 if total else None
 
 
 def print_table(title: str, rows: list[dict], columns: list[str]) -> None:

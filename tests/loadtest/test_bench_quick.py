@@ -10,10 +10,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_suite(suite: str, tmp_path, timeout_s: int):
+def run_suite(suite: str, tmp_path, timeout_s: int, *extra: str):
     """``python -m loadtest.bench SUITE --quick``; asserts it exited 0 and returns (process, JSON document)."""
     out = tmp_path / f"{suite}.json"
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out)],
+    result = subprocess.run([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out), *extra],
                             cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
     assert result.returncode == 0, result.stderr[-2000:]
     return result, json.loads(out.read_text())
@@ -33,19 +33,6 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
     assert r["ratio_64k_to_sequential_limit"] == r["throughput_64k"]["mb_per_s"] / r["sequential_limit_mb_per_s"]
 
 
-def test_broker_suite_quick_writes_complete_json(tmp_path):
-    result, doc = run_suite("broker", tmp_path, timeout_s=600)
-    assert "produce 100 B, batching" in result.stdout and "end-to-end at 1,000/s" in result.stdout
-    r = doc["results"]
-    assert r["produce"]["msg_per_s"] > 0 and r["produce"]["failures"] == 0
-    for run, prefix in (("latency", "publish"), ("e2e", "e2e")):
-        assert r[run]["messages"] == 2000
-        assert 0 < r[run][f"{prefix}_p50_ms"] <= r[run][f"{prefix}_p99_ms"] <= r[run][f"{prefix}_max_ms"]
-    assert r["catchup"]["backlog"] == 20_000 and r["catchup"]["msg_per_s"] > 0
-    assert r["topics"]["topics"] == 50 and r["topics"]["rss_after_mb"] > 0
-    assert r["disk_512b"]["fsyncs_per_s"] > 0 and r["config"]["deployment"] == "broker standalone"
-
-
 def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path):
     result, doc = run_suite("client", tmp_path, timeout_s=600)
     r = doc["results"]
@@ -63,10 +50,39 @@ def test_failover_suite_quick_reports_both_figures(tmp_path):
     assert len(r["unload_publish_gap_s"]["all"]) == 2 and r["unload_publish_gap_s"]["max"] > 0
 
 
-def test_peers_suite_quick_measures_nats_and_magnetar_in_one_run(tmp_path):
-    result, doc = run_suite("peers", tmp_path, timeout_s=600)
-    r = doc["results"]
-    assert r["nats_jetstream"]["produce_msg_per_s"] > 0 and r["nats_jetstream"]["consume_msg_per_s"] > 0
-    assert r["pulsar_client"]["msg_per_s"] > 0 and r["magnetar"]["produce_msg_per_s"] > 0
-    assert r["ratio_magnetar_to_nats"] == r["magnetar"]["produce_msg_per_s"] / r["nats_jetstream"]["produce_msg_per_s"]
-    assert r["loopback_tcp_mb_per_s"] > 0 and r["disk_512b"]["fsyncs_per_s"] > 0
+def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
+    """`all --only broker,peers --report DIR`: both suites' figures, BENCHMARKS.md, and its two PNG charts."""
+    report = tmp_path / "report"
+    result, doc = run_suite("all", tmp_path, 900, "--only", "broker,peers", "--report", str(report))
+    assert "produce 100 B, batching" in result.stdout and "end-to-end at 1,000/s" in result.stdout
+    r = doc["results"]["broker"]
+    assert r["produce"]["msg_per_s"] > 0 and r["produce"]["failures"] == 0
+    for run, prefix in (("latency", "publish"), ("e2e", "e2e")):
+        assert r[run]["messages"] == 2000
+        assert 0 < r[run][f"{prefix}_p50_ms"] <= r[run][f"{prefix}_p99_ms"] <= r[run][f"{prefix}_max_ms"]
+        cdf = r[run][f"{prefix}_cdf_ms"]
+        assert cdf[0][0] == 0 and cdf[-1] == [100, r[run][f"{prefix}_max_ms"]]
+        assert [ms for _, ms in cdf] == sorted(ms for _, ms in cdf)
+    assert r["catchup"]["backlog"] == 20_000 and r["catchup"]["msg_per_s"] > 0
+    assert r["topics"]["topics"] == 50 and r["topics"]["rss_after_mb"] > 0
+    assert r["disk_512b"]["fsyncs_per_s"] > 0 and r["config"]["deployment"] == "broker standalone"
+
+    p = doc["results"]["peers"]
+    assert p["nats_jetstream"]["produce_msg_per_s"] > 0 and p["nats_jetstream"]["consume_msg_per_s"] > 0
+    assert p["pulsar_client"]["msg_per_s"] > 0 and p["magnetar"]["produce_msg_per_s"] > 0
+    assert p["ratio_magnetar_to_nats"] == p["magnetar"]["produce_msg_per_s"] / p["nats_jetstream"]["produce_msg_per_s"]
+    assert p["loopback_tcp_mb_per_s"] > 0 and p["disk_512b"]["fsyncs_per_s"] > 0
+    for system in ("nats_jetstream", "pulsar_client", "magnetar"):
+        assert [int(s) for s in p["by_size"][system]] == p["config"]["sizes"] == [100, 1024, 16384, 65536]
+        assert all(x["produce_mb_per_s"] > 0 for x in p["by_size"][system].values())
+    assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
+    assert p["ratio_64k_to_physical"]["magnetar"] == (
+        p["by_size"]["magnetar"]["65536"]["produce_mb_per_s"] / p["physical_limit_64k_mb_per_s"])
+
+    text = (report / "BENCHMARKS.md").read_text()
+    for heading in ("## Machine", "## Targets", "## Broker", "## Peers and physical limits"):
+        assert heading in text
+    assert "produce 100 B vs NATS JetStream" in text and "publish p99 at 1,000 msg/s" in text
+    for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
+        assert f"]({chart})" in text
+        assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
