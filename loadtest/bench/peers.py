@@ -13,6 +13,7 @@ favours NATS on durability; the ratio is printed all the same.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -125,6 +126,7 @@ def run(quick: bool = False) -> dict:
     proc, url = _nats_server(root)
     try:
         for size in SIZES:
+            os.sync()  # each run starts with no dirty pages left by the previous one (one disk serves all)
             sweep["nats_jetstream"][str(size)] = uvloop.run(_nats(url, _count(size, n, quick), size))
     finally:
         proc.terminate()
@@ -132,7 +134,9 @@ def run(quick: bool = False) -> dict:
     deployment = _Deployment(root, cluster=False)
     try:
         for size in SIZES:
+            os.sync()
             sweep["pulsar_client"][str(size)] = official_produce(deployment.broker.service_url, _count(size, n, quick), size)
+            os.sync()
             sweep["magnetar"][str(size)] = uvloop.run(_magnetar(deployment.broker.service_url, _count(size, n, quick), size))
     finally:
         deployment.stop()
