@@ -47,7 +47,9 @@ def _charts(results: dict, directory: Path) -> list[str]:
         for key, label in SYSTEMS.items():
             ax.plot(sizes, [peers["by_size"][key][str(s)]["produce_mb_per_s"] for s in sizes], marker="o", label=label)
         ax.axhline(peers["physical_limit_64k_mb_per_s"], color="grey", linestyle="--",
-                   label="physical limit: disk 64 KiB fdatasync MB/s / Qw")
+                   label="physical limit: disk 64 KiB fdatasync MB/s / (Qw x 2)")
+        ax.axhline(peers["journal_only_limit_64k_mb_per_s"], color="grey", linestyle=":",
+                   label="journals only: disk 64 KiB fdatasync MB/s / Qw")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [f"{s // 1024} KiB" if s >= 1024 else f"{s} B" for s in sizes])
         ax.set_xlabel("message size")
@@ -109,7 +111,9 @@ def _targets(r: dict) -> list[str]:
         rows.append(["end-to-end p99 at 1,000 msg/s", f"{p99:.2f} ms", "<= 15 ms", _verdict(p99 <= 15)])
     if "ratio_64k_to_physical" in peers:
         for key, ratio in peers["ratio_64k_to_physical"].items():
-            rows.append([f"64 KiB produce vs physical limit ({SYSTEMS[key]})", f"{ratio:.0%}", ">= 50%", _verdict(ratio >= 0.5)])
+            strict = peers["ratio_64k_to_journal_only_limit"][key]
+            rows.append([f"64 KiB produce vs physical limit ({SYSTEMS[key]})",
+                         f"{ratio:.0%} (journal-only view: {strict:.0%})", ">= 50%", _verdict(ratio >= 0.5)])
     if "throughput_1k" in ledger:
         rate = ledger["throughput_1k"]["entries_per_s"]
         rows.append(["ledger 1 KiB adds", f"{_n(rate)} entries/s", ">= 15,000", _verdict(rate >= 15_000)])
@@ -197,9 +201,11 @@ def _peers(r: dict) -> list[str]:
             f"100 B send {r['config']['sweep_bytes'] / 1e6:,.0f} MB each.", "",
             *_table(["size", *SYSTEMS.values()], rows),
             f"Machine limits in the same run: disk fdatasync {_n(r['disk_512b']['fsyncs_per_s'])}/s of 512 B and "
-            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks (physical limit for 64 KiB messages with two "
-            f"copies on this disk: {_n(r['physical_limit_64k_mb_per_s'], 1)} MB/s); loopback TCP "
-            f"{_n(r['loopback_tcp_mb_per_s'])} MB/s.", "",
+            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks; loopback TCP {_n(r['loopback_tcp_mb_per_s'])} MB/s. "
+            "Physical limit for 64 KiB messages: two bookies on this disk each write every byte to their journal "
+            f"and their entry log, so disk / (Qw 2 x 2) = {_n(r['physical_limit_64k_mb_per_s'], 1)} MB/s, as the "
+            "ledger suite counts it; counting the journals alone, disk / Qw = "
+            f"{_n(r['journal_only_limit_64k_mb_per_s'], 1)} MB/s.", "",
             f"![throughput by message size]({CHART_SIZES})", ""]
 
 

@@ -29,6 +29,7 @@ from loadtest.bench.report import print_table
 
 MESSAGE_BYTES = 100
 WINDOW = 512
+QW = 2  # write quorum of `broker standalone` (E2/Qw2/Qa2)
 
 
 def loopback_tcp_mb_per_s(seconds: float) -> float:
@@ -151,12 +152,16 @@ def run(quick: bool = False) -> dict:
     nats_rate = results["nats_jetstream"]["produce_msg_per_s"]
     results["ratio_pulsar_client_to_nats"] = results["pulsar_client"]["msg_per_s"] / nats_rate
     results["ratio_magnetar_to_nats"] = results["magnetar"]["produce_msg_per_s"] / nats_rate
-    # The 64 KiB target: every byte is fsync'd by Qw = 2 bookies on this one disk.
+    # The 64 KiB target. Each of the Qw = 2 bookies on this one disk writes every byte twice, to its journal
+    # and to its entry log (as the ledger suite counts): the physical limit is disk bandwidth / (Qw x 2).
+    # Disk bandwidth / Qw, as if only the journals wrote, is reported beside it as the stricter view.
     big = str(64 * 1024)
-    results["physical_limit_64k_mb_per_s"] = results["disk_64k"]["mb_per_s"] / 2
-    results["ratio_64k_to_physical"] = {
-        system: sweep[system][big]["produce_mb_per_s"] / results["physical_limit_64k_mb_per_s"]
-        for system in ("pulsar_client", "magnetar")}
+    results["physical_limit_64k_mb_per_s"] = results["disk_64k"]["mb_per_s"] / (QW * 2)
+    results["journal_only_limit_64k_mb_per_s"] = results["disk_64k"]["mb_per_s"] / QW
+    for name, limit in (("ratio_64k_to_physical", "physical_limit_64k_mb_per_s"),
+                        ("ratio_64k_to_journal_only_limit", "journal_only_limit_64k_mb_per_s")):
+        results[name] = {system: sweep[system][big]["produce_mb_per_s"] / results[limit]
+                         for system in ("pulsar_client", "magnetar")}
     results["config"] = {"messages": n, "message_bytes": MESSAGE_BYTES, "sizes": list(SIZES),
                          "sweep_bytes": SWEEP_BYTES // 20 if quick else SWEEP_BYTES, "nats_window": WINDOW,
                          "quick": quick, "magnetar": "broker standalone, E2/Qw2/Qa2, fsync on, batching on"}
@@ -181,5 +186,5 @@ def _print(results: dict) -> None:
                                     for system in ("nats_jetstream", "pulsar_client", "magnetar")}}
             for size in results["config"]["sizes"]]
     rows.append({"size_bytes": "64 KiB limit", "magnetar": results["physical_limit_64k_mb_per_s"],
-                 "pulsar_client": f"disk 64 KiB fdatasync {results['disk_64k']['mb_per_s']:,.0f} MB/s / Qw 2"})
+                 "pulsar_client": f"disk 64 KiB fdatasync {results['disk_64k']['mb_per_s']:,.0f} MB/s / (Qw 2 x 2)"})
     print_table("produce MB/s by message size", rows, ["size_bytes", "nats_jetstream", "pulsar_client", "magnetar"])

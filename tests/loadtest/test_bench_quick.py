@@ -75,7 +75,8 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     for system in ("nats_jetstream", "pulsar_client", "magnetar"):
         assert [int(s) for s in p["by_size"][system]] == p["config"]["sizes"] == [100, 1024, 16384, 65536]
         assert all(x["produce_mb_per_s"] > 0 for x in p["by_size"][system].values())
-    assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
+    assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 4  # Qw 2, journal + entry log
+    assert p["journal_only_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
     assert p["ratio_64k_to_physical"]["magnetar"] == (
         p["by_size"]["magnetar"]["65536"]["produce_mb_per_s"] / p["physical_limit_64k_mb_per_s"])
 

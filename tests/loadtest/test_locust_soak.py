@@ -40,6 +40,7 @@ def test_latency_that_keeps_growing_is_not_flat(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # ten minutes of load plus the broker's start and stop
 def test_fifty_users_for_ten_minutes_with_zero_failures_and_flat_latency(tmp_path):
     prefix = tmp_path / "soak"
     result = subprocess.run([sys.executable, "-m", "loadtest.locust_run", "--users", "50", "--spawn-rate", "10",
