@@ -62,6 +62,7 @@ class BrokerConfig:
     default_number_of_namespace_bundles: int = 4  # Pulsar's defaultNumberOfNamespaceBundles
     keep_alive_interval_s: float = 30.0
     maintenance_interval_s: float = 60.0  # retention by time, rollover of idle ledgers (Pulsar: retentionCheckIntervalInSeconds 120)
+    load_report_interval_s: float = 5.0  # Pulsar: loadBalancerReportUpdateMinIntervalMillis 5000; also on every bundle change
     metadata_session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -110,6 +111,11 @@ class BrokerConfig:
             raise ValueError("allow_auto_topic_creation_type must be 'non-partitioned' or 'partitioned'")
         if self.default_num_partitions < 1:
             raise ValueError("default_num_partitions must be >= 1")
+        if self.default_number_of_namespace_bundles < 1:
+            raise ValueError("default_number_of_namespace_bundles must be >= 1")
+        for name in ("load_report_interval_s", "metadata_session_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",

@@ -133,3 +133,7 @@ class ProducerFencedError(BrokerError):
 
 class TopicFencedError(ServiceNotReadyError):
     """This broker no longer owns the topic; clients must look it up again."""
+
+
+class InvalidBundleError(BrokerError):
+    """The bundle range is malformed (admin REST answers 412, as for an invalid name)."""

@@ -1,64 +1,57 @@
 """Namespace bundles and which broker owns them (Pulsar's NamespaceService / OwnershipCache).
 
-How it works: a namespace's topic-hash space (CRC32 of the full topic name,
-0..2^32) is split into ``bundles`` equal ranges. A broker owns a bundle by
-creating the *ephemeral* node ``/namespace/<tenant>/<ns>/<0xLO_0xHI>`` holding
-its URLs; exactly one create can succeed, so two brokers racing for a bundle
-end with one owner. The node lives as long as the broker's metadata session:
-when the broker dies or is partitioned past the session timeout the node
-disappears and another broker may take the bundle. A broker that loses its
-session stops serving every topic at once (the service unloads them); the new
-owner's managed-ledger open fences the old owner's ledgers, so nothing the old
-owner writes afterwards is ever read.
+How it works: a namespace's topic-hash space is cut into bundles
+(broker/bundles.py); the boundaries live in the namespace's local policies
+(broker/resources.py), the default equal ranges until a first split. A broker
+owns a bundle by creating the *ephemeral* node
+``/namespace/<tenant>/<ns>/<0xLO_0xHI>`` holding its URLs; exactly one create
+can succeed, so brokers racing for a bundle end with one owner. The node
+lives as long as the broker's metadata session: when the broker dies or is
+partitioned past the session timeout the node disappears and another broker
+may take the bundle. A broker that loses its session stops serving every
+topic at once (the service unloads them); the new owner's managed-ledger open
+fences the old owner's ledgers, so nothing the old owner writes afterwards is
+ever read.
 
-Brokers also register ephemerally under ``/loadbalance/brokers/<id>`` with
-their URLs and load (topics served); an unowned bundle goes to the least
-loaded live broker.
+Boundaries are cached per namespace and re-read when a bundle looks unowned
+(it may have been split) and after every successful acquisition: a broker
+whose cache predates a split may create the node of the split parent, and
+then finds the boundaries moved, deletes the node and tries again. That is
+enough because the splitting broker (``split``) owns both children *before*
+it publishes the new boundaries (one conditional write) and deletes the
+parent's node only after: whoever creates the parent's node afterwards reads
+the new boundaries.
+
+Brokers register ephemerally under ``/loadbalance/brokers/<id>`` with their
+URLs and ``LoadReport``; an unowned bundle goes to the broker that
+broker/placement.py chooses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import logging
-import zlib
+import time
+import urllib.parse
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
-from broker.errors import BrokerMetadataError
-from broker.topics.names import TopicName
+from broker.bundles import BundleRange, NamespaceBundles, bundle_name
+from broker.errors import BrokerMetadataError, ServiceNotReadyError
+from broker.placement import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
+from broker.resources import ConflictError, NotFoundError, Resources
+from broker.topics.names import NamespaceName, TopicName
 from storage.errors import MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore, SessionState
 
 log = logging.getLogger(__name__)
 
-HASH_SPACE = 1 << 32
 NAMESPACE_ROOT = "/namespace"
 BROKERS_ROOT = "/loadbalance/brokers"
-
-
-def bundle_ranges(count: int) -> list[tuple[int, int]]:
-    """``count`` equal ranges [lo, hi) covering the hash space."""
-    step = HASH_SPACE // count
-    bounds = [i * step for i in range(count)] + [HASH_SPACE]
-    return [(bounds[i], bounds[i + 1]) for i in range(count)]
-
-
-def topic_hash(topic: TopicName) -> int:
-    return zlib.crc32(str(topic).encode()) & 0xFFFFFFFF
-
-
-def bundle_of(topic: TopicName, count: int) -> tuple[int, int]:
-    h = topic_hash(topic)
-    for lo, hi in bundle_ranges(count):
-        if lo <= h < hi:
-            return lo, hi
-    raise AssertionError("the ranges cover the hash space")
-
-
-def bundle_path(topic: TopicName, count: int) -> str:
-    lo, hi = bundle_of(topic, count)
-    # Pulsar writes the upper bound of the last bundle as 0xffffffff.
-    return f"{NAMESPACE_ROOT}/{topic.tenant}/{topic.namespace}/0x{lo:08x}_0x{min(hi, HASH_SPACE - 1):08x}"
+MAX_ATTEMPTS = 5  # of an acquisition or split that keeps meeting concurrent boundary changes
 
 
 @dataclass(frozen=True)
@@ -75,35 +68,89 @@ class BrokerInfo:
         return cls(doc["brokerId"], doc["nativeUrl"], doc["httpUrl"])
 
 
+async def accepts_connections(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
+    """Whether ``broker``'s Pulsar port accepts a connection. Refused means the process is gone, though its
+    ownership nodes live until its session expires; a timeout proves nothing, so it counts as reachable."""
+    url = urllib.parse.urlsplit(broker.service_url)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(url.hostname, url.port), timeout_s)
+    except (asyncio.TimeoutError, TimeoutError):
+        return True
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+def bundle_key(path: str) -> str:
+    """``/namespace/t/ns/0xLO_0xHI`` -> ``t/ns/0xLO_0xHI`` (how load reports name bundles)."""
+    return path[len(NAMESPACE_ROOT) + 1:]
+
+
 class Ownership:
-    def __init__(self, store: MetadataStore, me: BrokerInfo, bundles_per_namespace: int, on_session_lost):
+    def __init__(self, store: MetadataStore, me: BrokerInfo, default_bundles: int, on_session_lost, *,
+                 load_source: Callable[[], LoadReport] = LoadReport, weights: PlacementWeights = DEFAULT_WEIGHTS,
+                 placement_hold_s: float = 10.0, owner_expiry_wait_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 probe: Callable[[BrokerInfo], Awaitable[bool]] | None = None):
         self.store = store
         self.me = me
-        self.bundles = bundles_per_namespace
+        self.resources = Resources(store)
+        self.default_bundles = default_bundles
         self.owned: set[str] = set()
         # False while the metadata connection is suspended and until ownership is re-verified: no writes then.
         self.writable = True
         self._on_session_lost = on_session_lost
         self._verifying: asyncio.Task | None = None
+        self._bundles: dict[NamespaceName, tuple[NamespaceBundles, int]] = {}  # with the version read
+        self._split_lock = asyncio.Lock()
+        self._load_source = load_source
+        self._weights = weights
+        self._placed: dict[str, tuple[str, float]] = {}  # bundle key -> (broker id, when) sent there by us
+        self._placement_hold_s = placement_hold_s
+        self._clock = clock
+        self.owner_expiry_wait_s = owner_expiry_wait_s  # how long to wait for a dead owner's node to expire
+        self.reachable = probe or accepts_connections
+        self._report_due = False
+        self._reporting: asyncio.Task | None = None
         store.add_session_listener(self._session_changed)
 
     # ---- registration and load -------------------------------------------------------
 
-    async def register(self, load: dict) -> None:
+    def report(self) -> LoadReport:
+        return dataclasses.replace(self._load_source(), bundles=tuple(sorted(bundle_key(p) for p in self.owned)))
+
+    def _report_doc(self) -> bytes:
+        return json.dumps({**self.me.to_json(), **self.report().to_json()}).encode()
+
+    async def register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
-        data = json.dumps({**self.me.to_json(), **load}).encode()
         try:
-            await self.store.create(path, data, ephemeral=True, make_parents=True)
+            await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
         except NodeExistsError:
-            await self.store.set(path, data)  # our own node from this session (a re-registration)
+            await self.store.set(path, self._report_doc())  # our own node from this session (a re-registration)
 
-    async def report_load(self, load: dict) -> None:
+    async def report_load(self) -> None:
         try:
-            await self.store.set(f"{BROKERS_ROOT}/{self.me.broker_id}", json.dumps({**self.me.to_json(), **load}).encode())
+            await self.store.set(f"{BROKERS_ROOT}/{self.me.broker_id}", self._report_doc())
         except NoNodeError:
-            await self.register(load)
+            await self.register()
 
-    async def live_brokers(self) -> list[tuple[BrokerInfo, dict]]:
+    def _report_soon(self) -> None:
+        """Publish the load report now that our bundles changed (one write at a time; changes meanwhile coalesce)."""
+        self._report_due = True
+        if self._reporting is None or self._reporting.done():
+            self._reporting = asyncio.get_running_loop().create_task(self._report_while_due())
+
+    async def _report_while_due(self) -> None:
+        while self._report_due:
+            self._report_due = False
+            try:
+                await self.report_load()
+            except MetadataError as exc:
+                log.warning("broker %s: load report failed: %s", self.me.broker_id, exc)
+
+    async def live_brokers(self) -> list[tuple[BrokerInfo, LoadReport]]:
         out = []
         try:
             children = await self.store.children(BROKERS_ROOT)
@@ -115,77 +162,213 @@ class Ownership:
             except NoNodeError:
                 continue
             doc = json.loads(data)
-            out.append((BrokerInfo.from_json(doc), doc))
+            out.append((BrokerInfo.from_json(doc), LoadReport.from_json(doc)))
         return out
 
-    async def least_loaded(self) -> BrokerInfo:
-        brokers = await self.live_brokers()
-        if not brokers:
-            return self.me
-        return min(brokers, key=lambda b: (b[1].get("topics", 0), b[0].broker_id))[0]
+    async def place(self, path: str) -> BrokerInfo:
+        """The live broker that should take the unowned bundle at ``path`` (see broker/placement.py). A broker
+        that refuses connections is passed over: a killed broker's report lingers until its session expires."""
+        brokers = {info.broker_id: (info, report) for info, report in await self.live_brokers()}
+        reports = {b: report for b, (_, report) in brokers.items()}
+        now, key = self._clock(), bundle_key(path)
+        self._placed = {k: (b, t) for k, (b, t) in self._placed.items()
+                        if now - t < self._placement_hold_s and b in reports and k not in reports[b].bundles}
+        pending = collections.Counter(b for k, (b, _) in self._placed.items() if k != key)
+        while reports:
+            chosen = brokers[choose_broker(reports, key, pending, self._weights)][0]
+            if chosen.broker_id == self.me.broker_id or await self.reachable(chosen):
+                self._placed[key] = (chosen.broker_id, now)
+                return chosen
+            del reports[chosen.broker_id]
+        return self.me
 
-    # ---- bundles -------------------------------------------------------------------------
+    # ---- boundaries ----------------------------------------------------------------------
 
-    def path_of(self, topic: TopicName) -> str:
-        return bundle_path(topic, self.bundles)
+    async def namespace_bundles(self, ns: NamespaceName, *, fresh: bool = False) -> NamespaceBundles:
+        if fresh or ns not in self._bundles:
+            await self._refresh(ns)
+        return self._bundles[ns][0]
 
-    def owns(self, topic: TopicName) -> bool:
-        return self.path_of(topic) in self.owned
+    async def _refresh(self, ns: NamespaceName) -> bool:
+        """Re-read the namespace's boundaries; True when they differ from what we had cached."""
+        before = self._bundles.get(ns)
+        self._bundles[ns] = await self.resources.namespace_bundles(ns, self.default_bundles)
+        return before != self._bundles[ns]
 
-    async def owner_of(self, topic: TopicName) -> BrokerInfo | None:
+    @staticmethod
+    def bundle_path(ns: NamespaceName, bundle: BundleRange) -> str:
+        return f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/{bundle_name(bundle)}"
+
+    async def path_of(self, topic: TopicName) -> str:
+        bundles = await self.namespace_bundles(topic.namespace_name)
+        return self.bundle_path(topic.namespace_name, bundles.bundle_of(topic))
+
+    async def owns(self, topic: TopicName) -> bool:
+        return await self.path_of(topic) in self.owned
+
+    def owned_bundles(self, ns: NamespaceName) -> list[str]:
+        prefix = f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/"
+        return sorted(p[len(prefix):] for p in self.owned if p.startswith(prefix))
+
+    # ---- owners ----------------------------------------------------------------------------
+
+    async def owner_at(self, path: str) -> BrokerInfo | None:
+        node = await self._node(path)
+        return None if node is None else node[0]
+
+    async def _node(self, path: str) -> tuple[BrokerInfo, int] | None:
+        """The owner recorded at ``path`` and the session that holds the node; None when unowned."""
         try:
-            data, _ = await self.store.get(self.path_of(topic))
+            data, stat = await self.store.get(path)
         except NoNodeError:
             return None
         except MetadataError as exc:
-            raise BrokerMetadataError(f"reading the owner of {topic}'s bundle: {exc}") from exc
-        return BrokerInfo.from_json(json.loads(data))
+            raise BrokerMetadataError(f"reading the owner of bundle {path}: {exc}") from exc
+        return BrokerInfo.from_json(json.loads(data)), stat.ephemeral_owner
+
+    async def owner_of(self, topic: TopicName) -> BrokerInfo | None:
+        owner = await self.owner_at(await self.path_of(topic))
+        if owner is None and await self._refresh(topic.namespace_name):
+            owner = await self.owner_at(await self.path_of(topic))  # the bundle was split meanwhile
+        return owner
 
     async def try_acquire(self, topic: TopicName) -> BrokerInfo:
         """Own the topic's bundle if nobody does; returns the owner (this broker or the one that won)."""
-        path = self.path_of(topic)
-        if path in self.owned:
+        for _ in range(MAX_ATTEMPTS):
+            path = await self.path_of(topic)
+            if path in self.owned:
+                return self.me
+            try:
+                await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
+            except NodeExistsError:
+                node = await self._node(path)
+                if node is None:  # released between our create and our read: try again
+                    continue
+                owner, session = node
+                if session == self.store.session_id:
+                    self.owned.add(path)  # our own node, e.g. from before a restart of this object
+                    return self.me
+                if owner.broker_id != self.me.broker_id:
+                    return owner
+                # A previous incarnation of this broker (killed and restarted on the same address within its
+                # session timeout): the node goes with that session.
+                if not await self.wait_released(path, self.owner_expiry_wait_s):
+                    raise ServiceNotReadyError(f"bundle {path} is still held by a previous session of this broker")
+                continue
+            except MetadataError as exc:
+                raise BrokerMetadataError(f"acquiring the bundle of {topic}: {exc}") from exc
+            if await self._refresh(topic.namespace_name) and await self.path_of(topic) != path:
+                await self._delete(path)  # we took a bundle that a split has replaced: not a bundle any more
+                continue
+            self.owned.add(path)
+            log.info("broker %s now owns bundle %s", self.me.broker_id, path)
+            self._report_soon()
             return self.me
+        raise BrokerMetadataError(f"the bundles of {topic.namespace_name} kept changing while acquiring {topic}")
+
+    async def wait_released(self, path: str, timeout_s: float) -> bool:
+        """Wait until nobody owns the bundle at ``path`` (e.g. its dead owner's session expired); False on timeout."""
+        gone = asyncio.Event()
+        watch = self.store.watch_data(path, lambda event: gone.set())
         try:
-            await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
-        except NodeExistsError:
-            owner = await self.owner_of(topic)
-            if owner is None:  # released between our create and our read: try once more
-                return await self.try_acquire(topic)
-            if owner.broker_id == self.me.broker_id:
-                self.owned.add(path)  # our own node, e.g. from before a restart of this object
-            return owner
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"acquiring the bundle of {topic}: {exc}") from exc
-        self.owned.add(path)
-        log.info("broker %s now owns bundle %s", self.me.broker_id, path)
-        return self.me
+            deadline = self._clock() + timeout_s
+            while await self.owner_at(path) is not None:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    return False
+                gone.clear()
+                try:
+                    await asyncio.wait_for(gone.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass  # read once more, then give up
+            return True
+        finally:
+            watch.cancel()
 
     async def release(self, path: str) -> None:
         if path in self.owned:
             self.owned.discard(path)
-            try:
-                await self.store.delete(path)
-            except (NoNodeError, MetadataError):
-                pass  # gone already (or the session is): either way it is not ours
+            await self._delete(path)
+            self._report_soon()
 
-    async def release_all(self) -> None:
+    async def close(self) -> None:
+        """Hand every bundle off at once (not after a session timeout) and stop reporting."""
         for path in list(self.owned):
-            await self.release(path)
+            self.owned.discard(path)
+            await self._delete(path)
+        if self._reporting is not None:
+            self._reporting.cancel()
 
-    def owned_bundles(self, tenant: str, namespace: str) -> list[str]:
-        prefix = f"{NAMESPACE_ROOT}/{tenant}/{namespace}/"
-        return sorted(p[len(prefix):] for p in self.owned if p.startswith(prefix))
+    async def _delete(self, path: str) -> None:
+        try:
+            await self.store.delete(path)
+        except (NoNodeError, MetadataError):
+            pass  # gone already (or the session is): either way it is not ours
+
+    # ---- split -------------------------------------------------------------------------------
+
+    async def split(self, ns: NamespaceName, bundle: BundleRange) -> tuple[str, str]:
+        """Split ``bundle`` of ``ns``, which this broker owns, at its midpoint; this broker owns both halves.
+        Returns the halves' node paths.
+
+        Both halves' nodes are created first (nobody consults them before the boundaries change), then the new
+        boundaries are published with one conditional write, then the parent's node goes. A concurrent split
+        elsewhere in the namespace fails the write on version: the halves are dropped and the split starts
+        again from the boundaries as they are now. Raises NotFoundError (not a bundle of ``ns``),
+        ConflictError (not owned here, or the boundaries kept changing), InvalidBundleError (too small)."""
+        async with self._split_lock:  # one split at a time here; other brokers are stopped by the version
+            for _ in range(MAX_ATTEMPTS):
+                await self._refresh(ns)
+                bundles, version = self._bundles[ns]
+                if bundle not in bundles:
+                    raise NotFoundError(f"{bundle_name(bundle)} is not a bundle of {ns}; its bundles: {bundles.names()}")
+                parent = self.bundle_path(ns, bundle)
+                if parent not in self.owned:
+                    raise ConflictError(f"bundle {bundle_name(bundle)} of {ns} is not owned by broker {self.me.broker_id}")
+                new, low, high = bundles.split(bundle)
+                halves = (self.bundle_path(ns, low), self.bundle_path(ns, high))
+                for half in halves:
+                    await self._own_new(half)
+                try:
+                    new_version = await self.resources.write_namespace_bundles(ns, new, version)
+                except ConflictError:
+                    new_version = None
+                except BrokerMetadataError:  # the write may have been applied: find out
+                    await self._refresh(ns)
+                    new_version = self._bundles[ns][1] if self._bundles[ns][0] == new else None
+                if new_version is None:
+                    for half in halves:
+                        await self._delete(half)
+                    continue
+                self._bundles[ns] = (new, new_version)
+                self.owned.update(halves)
+                self.owned.discard(parent)
+                await self._delete(parent)
+                log.info("broker %s split bundle %s into %s and %s", self.me.broker_id, parent, *halves)
+                self._report_soon()
+                return halves
+            raise ConflictError(f"the bundles of {ns} kept changing during the split of {bundle_name(bundle)}; retry")
+
+    async def _own_new(self, path: str) -> None:
+        try:
+            await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
+        except NodeExistsError:
+            node = await self._node(path)  # ours from an attempt that met a concurrent split, or someone else's
+            if node is not None and node[1] != self.store.session_id:
+                raise ConflictError(f"bundle {path} is already owned by broker {node[0].broker_id}") from None
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"owning the new bundle {path}: {exc}") from exc
+
+    # ---- session ----------------------------------------------------------------------------
 
     async def _reverify(self) -> None:
         """After a suspension: keep only bundles whose node is still ours, then accept writes again."""
         for path in list(self.owned):
             try:
-                data, _ = await self.store.get(path)
-                mine = BrokerInfo.from_json(json.loads(data)).broker_id == self.me.broker_id
-            except (NoNodeError, MetadataError):
-                mine = False
-            if not mine:
+                node = await self._node(path)
+            except BrokerMetadataError:
+                node = None
+            if node is None or node[1] != self.store.session_id:
                 self.owned.discard(path)
         self.writable = True
         log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))

@@ -1,7 +1,9 @@
 """Tenants, namespace policies and partitioned-topic metadata, kept in the metadata store.
 
 Layout (Pulsar's): ``/admin/policies/<tenant>`` holds the tenant's info,
-``/admin/policies/<tenant>/<namespace>`` its namespace policies, and
+``/admin/policies/<tenant>/<namespace>`` its namespace policies,
+``/admin/local-policies/<tenant>/<namespace>`` its bundle boundaries (written
+by the first split; until then the namespace has the default equal bundles), and
 ``/admin/partitioned-topics/<tenant>/<namespace>/persistent/<topic>`` the
 partition count of a partitioned topic. Documents are JSON in Pulsar's field
 names so admin tools recognise them. Every update is a conditional write on
@@ -14,12 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+from broker.bundles import NamespaceBundles
 from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
 from broker.topics.names import NamespaceName, TopicName, check_segment, encode_local_name
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
 
 POLICIES_ROOT = "/admin/policies"
+LOCAL_POLICIES_ROOT = "/admin/local-policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
@@ -139,6 +143,43 @@ class Resources:
         if await self.topics(ns) or await self.partitioned_topics(ns):
             raise NotAllowedError(f"namespace {ns} still has topics")
         await self._delete(self._ns_path(ns), f"namespace {ns} does not exist")
+        try:
+            await self._delete(self._local_path(ns), "")
+        except NotFoundError:
+            pass  # never split
+
+    # ---- bundle boundaries (local policies) ------------------------------
+
+    async def namespace_bundles(self, ns: NamespaceName, default_count: int) -> tuple[NamespaceBundles, int]:
+        """The namespace's bundles and the version of the node they were read from (-1: none stored yet, so
+        ``default_count`` equal bundles)."""
+        try:
+            data, stat = await self.store.get(self._local_path(ns))
+        except NoNodeError:
+            return NamespaceBundles.equal(default_count), -1
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"reading the bundles of {ns}: {exc}") from exc
+        doc = json.loads(data).get("bundles")
+        return (NamespaceBundles.from_json(doc) if doc else NamespaceBundles.equal(default_count)), stat.version
+
+    async def write_namespace_bundles(self, ns: NamespaceName, bundles: NamespaceBundles, version: int) -> int:
+        """Store ``bundles`` if the local policies are still at ``version`` (-1: absent); the other local policies
+        are kept. Returns the new version. Raises ConflictError when someone wrote in between."""
+        path = self._local_path(ns)
+        conflict = f"the bundles of {ns} changed concurrently"
+        try:
+            if version < 0:
+                await self.store.create(path, _dump({"bundles": bundles.to_json()}), make_parents=True)
+                return 0
+            data, stat = await self.store.get(path)
+            if stat.version != version:
+                raise ConflictError(conflict)
+            doc = {**json.loads(data), "bundles": bundles.to_json()}
+            return (await self.store.set(path, _dump(doc), version)).version
+        except (NodeExistsError, BadVersionError, NoNodeError) as exc:
+            raise ConflictError(conflict) from exc
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"writing the bundles of {ns}: {exc}") from exc
 
     # ---- topics ---------------------------------------------------------
 
@@ -195,6 +236,10 @@ class Resources:
     @staticmethod
     def _ns_path(ns: NamespaceName) -> str:
         return f"{POLICIES_ROOT}/{ns.tenant}/{ns.namespace}"
+
+    @staticmethod
+    def _local_path(ns: NamespaceName) -> str:
+        return f"{LOCAL_POLICIES_ROOT}/{ns.tenant}/{ns.namespace}"
 
     @staticmethod
     def _partitioned_path(topic: TopicName) -> str:

@@ -9,8 +9,11 @@ writer. Loads of the same topic are shared, never run twice.
 
 Several brokers share the work through bundle ownership (broker/ownership.py):
 a topic loads only on the broker that owns its bundle, and LOOKUP answers
-with the owner (Connect or Redirect) or assigns the bundle to the least
-loaded broker.
+with the owner (Connect or Redirect) or assigns the bundle to the broker that
+broker/placement.py chooses from the load reports. A lookup whose owner
+refuses connections (killed, its ownership node not yet expired) is answered
+when the node is gone instead of sending the client to a dead address, so the
+client's next attempt is not delayed by its reconnect backoff.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from broker.bundles import BundleRange
 from broker.config import BrokerConfig
 from broker.errors import (
     BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
 )
 from broker.ownership import BrokerInfo, Ownership
+from broker.placement import LoadReport, LoadSampler
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
-from broker.topics.names import TopicName
+from broker.topics.names import NamespaceName, TopicName
 from broker.topics.persistent import PersistentTopic
 from storage.client import ClientConfig, LedgerClient
 from storage.errors import MetadataError, StorageError
@@ -56,6 +61,8 @@ class BrokerService:
         self._tasks: set[asyncio.Task] = set()
         self.port = config.port
         self.ownership: Ownership | None = None
+        self._load_sampler = LoadSampler()
+        self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -72,10 +79,12 @@ class BrokerService:
         service.port = service._server.sockets[0].getsockname()[1]
         service.ownership = Ownership(
             store, BrokerInfo(f"{config.advertised_address}:{service.port}", service.service_url, config.web_service_url),
-            config.default_number_of_namespace_bundles, service._session_lost)
-        await service.ownership.register(service.load())
+            config.default_number_of_namespace_bundles, service._session_lost, load_source=service.load_report,
+            owner_expiry_wait_s=2 * config.metadata_session_timeout_s)
+        await service.ownership.register()
         await service._server.start_serving()
         service.spawn(service._maintain())
+        service.spawn(service._report_load())
         log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
         return service
 
@@ -91,27 +100,45 @@ class BrokerService:
 
     # ---- lookup --------------------------------------------------------------
 
-    async def lookup(self, topic: TopicName, authoritative: bool = False) -> tuple[str, bool]:
-        """(broker URL, redirect?) for ``topic``: ourselves when we own (or just took) its bundle, else
-        the owner, else the least loaded live broker, which is told to take it (authoritative)."""
+    async def lookup(self, topic: TopicName, authoritative: bool = False) -> tuple[BrokerInfo, bool]:
+        """(broker, owns it?) for ``topic``: the owner of its bundle (ourselves when we own or just took it),
+        else the live broker chosen to take it, which the client asks again (authoritative) and which takes it."""
         await self._check_namespace(topic)
+        me = self.ownership.me.broker_id
         owner = await self.ownership.owner_of(topic)
+        if owner is not None and owner.broker_id != me and not await self.ownership.reachable(owner):
+            # Killed: its node lives until its session expires. Answer then, rather than send the client to a dead
+            # address and leave the next attempt to its reconnect backoff.
+            if await self.ownership.wait_released(await self.ownership.path_of(topic), self.ownership.owner_expiry_wait_s):
+                owner = await self.ownership.owner_of(topic)
         if owner is None:
-            candidate = await self.ownership.least_loaded()
-            if authoritative or candidate.broker_id == self.ownership.me.broker_id:
-                owner = await self.ownership.try_acquire(topic)
-            else:
-                return candidate.service_url, True
-        return owner.service_url, owner.broker_id != self.ownership.me.broker_id
+            candidate = await self.ownership.place(await self.ownership.path_of(topic))
+            if not authoritative and candidate.broker_id != me:
+                return candidate, False
+            owner = await self.ownership.try_acquire(topic)
+        return owner, True
 
-    def load(self) -> dict:
-        return {"topics": len(self.topics), "connections": len(self.connections)}
+    def load_report(self) -> LoadReport:
+        rate_in, rate_out, cpu = self._rates
+        return LoadReport(topics=len(self.topics), connections=len(self.connections), msg_rate_in=rate_in,
+                          msg_rate_out=rate_out, cpu_percent=cpu)
+
+    async def _report_load(self) -> None:
+        """Every ``load_report_interval_s``: sample rates and CPU, publish the load report (placement reads it)."""
+        while True:
+            await asyncio.sleep(self.config.load_report_interval_s)  # a period, not synchronisation
+            topics = list(self.topics.values())
+            self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
+            try:
+                await self.ownership.report_load()
+            except MetadataError as exc:
+                log.warning("load report failed: %s", exc)
 
     def _session_lost(self) -> None:
         """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
         for name in list(self.topics):
             self.spawn(self.unload_topic(self.topics[name].name))
-        self.spawn(self.ownership.register(self.load()))
+        self.spawn(self.ownership.register())
 
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
@@ -145,6 +172,9 @@ class BrokerService:
             return topic
         async def load() -> PersistentTopic:
             loaded = await self._load(name, create, admin)
+            if not await self.ownership.owns(name):  # unloaded, split away or lost while it was loading
+                await loaded.close(notify=True)
+                raise ServiceNotReadyError(f"topic {name} moved while it was loading; look it up again")
             self.topics[key] = loaded
             return loaded
 
@@ -187,11 +217,20 @@ class BrokerService:
 
     async def unload_bundle(self, bundle_path: str) -> int:
         """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many."""
-        names = [t for t in self.topics.values() if self.ownership.path_of(t.name) == bundle_path]
+        names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
         for topic in names:
             await self.unload_topic(topic.name)
         await self.ownership.release(bundle_path)
         return len(names)
+
+    async def split_bundle(self, ns: NamespaceName, bundle: BundleRange, unload: bool) -> tuple[str, str]:
+        """Split a bundle we own in two (we keep serving its topics), or with ``unload`` hand both halves off
+        gracefully so lookups place them afresh. Returns the halves' node paths."""
+        halves = await self.ownership.split(ns, bundle)
+        if unload:
+            for half in halves:
+                await self.unload_bundle(half)
+        return halves
 
     async def unload_topic(self, name: TopicName) -> None:
         topic = self.topics.pop(str(name), None)
@@ -202,10 +241,6 @@ class BrokerService:
         """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add."""
         while True:
             await asyncio.sleep(self.config.maintenance_interval_s)  # a period, not synchronisation
-            try:
-                await self.ownership.report_load(self.load())
-            except MetadataError as exc:
-                log.warning("load report failed: %s", exc)
             for topic in list(self.topics.values()):
                 try:
                     await topic.ml.trim()
@@ -226,7 +261,7 @@ class BrokerService:
             except (BrokerError, StorageError) as exc:
                 log.warning("closing %s: %s", name, exc)
         if self.ownership is not None:
-            await self.ownership.release_all()  # not after a session timeout
+            await self.ownership.close()  # hands the bundles off now, not after a session timeout
         for conn in list(self.connections):
             conn.close()
         for task in list(self._tasks):

@@ -1,8 +1,10 @@
 """Admin REST and lookup routes in Pulsar's shapes (``/admin/v2/...``, ``/lookup/v2/...``), plus health and metrics.
 
 Errors are JSON ``{"reason": ...}`` with Pulsar's status codes: 412 for an
-invalid name, 404 for something missing, 409 for a conflict, 405 for an
-operation not allowed, 400 for a malformed body, 500 otherwise.
+invalid name (or bundle range), 404 for something missing, 409 for a conflict,
+405 for an operation not allowed, 400 for a malformed body, 500 otherwise.
+A bundle operation sent to a broker that does not own the bundle is
+redirected (307) to its owner, as in Pulsar.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import json
 
 from aiohttp import web
 
-from broker.errors import BrokerError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
+from broker.bundles import SPLIT_ALGORITHMS, bundle_name, parse_bundle_name
+from broker.errors import (
+    BrokerError, InvalidBundleError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError,
+)
 from broker.http.metrics import render_metrics
 from broker.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
 from broker.topics.names import NamespaceName, parse_topic
@@ -22,7 +27,7 @@ routes = web.RouteTableDef()
 
 
 def error_response(exc: Exception) -> web.Response:
-    if isinstance(exc, InvalidTopicNameError):
+    if isinstance(exc, (InvalidTopicNameError, InvalidBundleError)):
         status = 412
     elif isinstance(exc, (NotFoundError, TopicNotFoundError, SubscriptionNotFoundError)):
         status = 404
@@ -125,21 +130,60 @@ async def get_policies(request):
     return web.json_response((await _service(request).resources.get_policies(_ns(request))).to_json())
 
 
+async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
+    """(node path if this broker owns it, else None when nobody does; range) of the bundle in the URL.
+    Raises InvalidBundleError (412), NotFoundError (404: no such namespace or not one of its bundles), or
+    redirects (307) to the broker that owns it."""
+    service, ns = _service(request), _ns(request)
+    bundle = parse_bundle_name(request.match_info["bundle"])
+    await service.resources.get_policies(ns)  # 404 for a missing namespace
+    bundles = await service.ownership.namespace_bundles(ns, fresh=True)
+    if bundle not in bundles:
+        raise NotFoundError(f"{bundle_name(bundle)} is not a bundle of {ns}; its bundles: {bundles.names()}")
+    path = service.ownership.bundle_path(ns, bundle)
+    if path in service.ownership.owned:
+        return path, bundle
+    owner = await service.ownership.owner_at(path)
+    if owner is None:
+        return None, bundle
+    raise web.HTTPTemporaryRedirect(
+        f"{owner.web_service_url}{request.path_qs}", content_type="application/json",
+        text=json.dumps({"reason": f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}"}))
+
+
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload")
 async def unload_bundle(request):
-    """Graceful unload of one bundle this broker owns: its topics close and reload wherever lookup sends them."""
-    service, ns = _service(request), _ns(request)
-    bundle = request.match_info["bundle"]
-    if bundle not in service.ownership.owned_bundles(ns.tenant, ns.namespace):
-        raise NotFoundError(f"bundle {bundle} of {ns} is not owned by this broker")
-    await service.unload_bundle(f"/namespace/{ns.tenant}/{ns.namespace}/{bundle}")
+    """Graceful unload of one bundle: its topics close and reload wherever lookup sends them. An unowned bundle
+    is unloaded already (Pulsar answers the same)."""
+    path, _ = await _bundle_here(request)
+    if path is not None:
+        await _service(request).unload_bundle(path)
+    return web.Response(status=204)
+
+
+@routes.put("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/split")
+async def split_bundle(request):
+    """Split a bundle this broker owns at its midpoint (``range_equally_divide``); its topics stay served here,
+    or with ``?unload=true`` both halves are unloaded and placed afresh by the next lookups."""
+    algorithm = request.query.get("splitAlgorithmName", SPLIT_ALGORITHMS[0])
+    if algorithm not in SPLIT_ALGORITHMS:
+        raise InvalidBundleError(f"unsupported split algorithm {algorithm!r}; supported: {', '.join(SPLIT_ALGORITHMS)}")
+    path, bundle = await _bundle_here(request)
+    ns = _ns(request)
+    if path is None:
+        raise ConflictError(f"bundle {bundle_name(bundle)} of {ns} is not owned by any broker: a lookup of one of "
+                            "its topics assigns it, and its owner splits it")
+    await _service(request).split_bundle(ns, bundle, request.query.get("unload", "false").lower() == "true")
     return web.Response(status=204)
 
 
 @routes.get("/admin/v2/namespaces/{tenant}/{ns}/bundles")
-async def owned_bundles(request):
-    ns = _ns(request)
-    return web.json_response({"owned": _service(request).ownership.owned_bundles(ns.tenant, ns.namespace)})
+async def namespace_bundles(request):
+    """Pulsar's BundlesData (``boundaries``, ``numBundles``), plus ``owned``: the bundles this broker owns."""
+    service, ns = _service(request), _ns(request)
+    await service.resources.get_policies(ns)  # 404 for a missing namespace
+    bundles = await service.ownership.namespace_bundles(ns, fresh=True)
+    return web.json_response({**bundles.to_json(), "owned": service.ownership.owned_bundles(ns)})
 
 
 @routes.delete("/admin/v2/namespaces/{tenant}/{ns}")
@@ -372,8 +416,11 @@ def _subscription(topic, name):
 
 @routes.get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}")
 async def lookup(request):
+    """The owner of the topic's bundle. An unowned bundle is redirected (307) to the broker placement chooses,
+    asked with ``authoritative=true``, which takes the bundle and answers (Pulsar's shape)."""
     service = _service(request)
-    url, _ = await service.lookup(_topic(request), authoritative=True)
-    owner = await service.ownership.owner_of(_topic(request))
-    http = owner.web_service_url if owner is not None else service.config.web_service_url
-    return web.json_response({"brokerUrl": url, "brokerUrlTls": "", "httpUrl": http, "httpUrlTls": "", "nativeUrl": url})
+    broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
+    if not owns:
+        raise web.HTTPTemporaryRedirect(f"{broker.web_service_url}{request.path}?authoritative=true")
+    return web.json_response({"brokerUrl": broker.service_url, "brokerUrlTls": "", "httpUrl": broker.web_service_url,
+                              "httpUrlTls": "", "nativeUrl": broker.service_url})

@@ -113,14 +113,15 @@ def on_lookup(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
-            url, redirect = await conn.service.lookup(topic, c.authoritative)
+            broker, _ = await conn.service.lookup(topic, c.authoritative)
         except BrokerError as exc:
             conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
                 request_id=c.request_id, response=pb.CommandLookupTopicResponse.Failed, error=exc.code, message=str(exc)))
             return
+        redirect = broker.broker_id != conn.service.ownership.me.broker_id
         kind = pb.CommandLookupTopicResponse.Redirect if redirect else pb.CommandLookupTopicResponse.Connect
         conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
-            request_id=c.request_id, brokerServiceUrl=url, response=kind, authoritative=True,
+            request_id=c.request_id, brokerServiceUrl=broker.service_url, response=kind, authoritative=True,
             proxy_through_service_url=False))
 
     conn.spawn(run(), c.request_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 
 import pulsar
@@ -11,35 +10,9 @@ import pytest
 
 import magnetar
 
-from tests.harness.processes import BrokerProcess, wait_until
+from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of
+from tests.harness.processes import wait_until
 from tests.official_client.support import distinct_in_order, receive_n
-
-SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
-
-
-@pytest.fixture
-def two_brokers(start_bookies, tmp_path):
-    cluster = start_bookies(3)
-    brokers = [BrokerProcess(tmp_path / f"broker-{i}", metadata_url=cluster.metadata_url, env=dict(SESSION)) for i in range(2)]
-    for b in brokers:
-        b.spawn()
-    for b in brokers:
-        b.wait_healthy(60)
-    yield brokers
-    for b in brokers:
-        b.stop()
-
-
-def _lookup(broker, topic):
-    name = topic.split("://", 1)[1]
-    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{name}", timeout=10) as resp:
-        return json.loads(resp.read())["brokerUrl"]
-
-
-def _client(url, api=pulsar):
-    if api is pulsar:
-        return pulsar.Client(url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    return api.Client(url, operation_timeout_seconds=30)
 
 
 def test_lookup_through_either_broker_reaches_the_one_owner(two_brokers):
@@ -72,36 +45,23 @@ def test_an_invalid_or_unknown_namespace_topic_gets_a_clear_error(two_brokers):
 @pytest.mark.parametrize("api", [pulsar, magnetar], ids=["pulsar-client", "magnetar"])
 def test_kill_9_of_the_owner_moves_the_topic_and_loses_nothing_acknowledged(two_brokers, api):
     topic = f"persistent://public/default/failover-target-{api.__name__}"
-    owner_url = _lookup(two_brokers[0], topic)
-    owner = next(b for b in two_brokers if b.service_url == owner_url)
+    owner = owner_of(two_brokers, topic)
     survivor = next(b for b in two_brokers if b is not owner)
     client = _client(survivor.service_url, api)  # the client enters through the survivor and is redirected
     try:
         consumer = client.subscribe(topic, "durable")
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60_000)
-        acked: list[int] = []
-        stop = threading.Event()
-
-        def produce():
-            i = 0
-            while not stop.is_set():
-                try:
-                    producer.send(f"{i}".encode())
-                except api.PulsarException:
-                    continue  # the send timed out across the failover: it may or may not be stored
-                acked.append(i)
-                i += 1
-
-        worker = threading.Thread(target=produce)
-        worker.start()
-        wait_until(lambda: len(acked) >= 100, 30, "100 acknowledged sends before the kill")
-        owner.kill9()
-        mark = len(acked)
-        wait_until(lambda: len(acked) >= mark + 100, 60, "sends to resume on the new owner")
-        stop.set()
-        worker.join(60)
-        assert _lookup(survivor, topic) == survivor.service_url
-        assert distinct_in_order(consumer, len(acked)) == acked  # every acknowledged message, in order
+        production = Production(api, [client.create_producer(topic, batching_enabled=False, send_timeout_millis=60_000)])
+        try:
+            production.wait_for_more(100, 30, "100 acknowledged sends before the kill")
+            owner.kill9()
+            mark = production.total()
+            # Never the dead address: the lookup is answered once the dead owner's session has expired.
+            assert _lookup(survivor, topic) == survivor.service_url
+            wait_until(lambda: production.total() >= mark + 100, 60, "sends to resume on the new owner")
+        finally:
+            production.stop()
+        assert production.errors == []  # the sends in flight waited for the new owner (send timeout 60 s)
+        assert distinct_in_order(consumer, production.total()) == production.acked[0]  # every acknowledged one, in order
     finally:
         client.close()
 
@@ -113,8 +73,7 @@ def test_a_paused_owner_loses_the_topic_and_nothing_it_writes_afterwards_is_read
 
     T = pb.BaseCommand
     topic = "persistent://public/default/paused-owner"
-    owner_url = _lookup(two_brokers[0], topic)
-    old = next(b for b in two_brokers if b.service_url == owner_url)
+    old = owner_of(two_brokers, topic)
     new = next(b for b in two_brokers if b is not old)
 
     def send(conn, seq, payload):
@@ -155,37 +114,10 @@ def test_a_paused_owner_loses_the_topic_and_nothing_it_writes_afterwards_is_read
         raw.close()
 
 
-def _steady_production(client, topic, during):
-    """Produce while ``during()`` runs; returns (acknowledged values, errors seen by the application)."""
-    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
-    acked, errors, stop = [], [], threading.Event()
-
-    def produce():
-        i = 0
-        while not stop.is_set():
-            try:
-                producer.send(f"{i}".encode())
-                acked.append(i)
-            except pulsar.PulsarException as exc:
-                errors.append(exc)
-            i += 1
-
-    worker = threading.Thread(target=produce)
-    worker.start()
-    wait_until(lambda: len(acked) >= 50, 30, "50 acknowledged sends")
-    during()
-    mark = len(acked)
-    wait_until(lambda: len(acked) >= mark + 50 or errors, 60, "sends to continue after the hand-off")
-    stop.set()
-    worker.join(60)
-    return acked, errors
-
-
 @pytest.mark.parametrize("how", ["unload-bundle", "stop-broker"])
 def test_graceful_hand_off_surfaces_no_error(two_brokers, how):
     topic = f"persistent://public/default/graceful-{how}"
-    owner_url = _lookup(two_brokers[0], topic)
-    owner = next(b for b in two_brokers if b.service_url == owner_url)
+    owner = owner_of(two_brokers, topic)
     survivor = next(b for b in two_brokers if b is not owner)
     client = _client(survivor.service_url)
     try:
@@ -201,8 +133,14 @@ def test_graceful_hand_off_surfaces_no_error(two_brokers, how):
                 req = urllib.request.Request(f"{owner.web_url}/admin/v2/namespaces/public/default/{bundle}/unload", method="PUT")
                 urllib.request.urlopen(req, timeout=30).read()
 
-        acked, errors = _steady_production(client, topic, hand_off)
-        assert errors == []
-        assert distinct_in_order(consumer, len(acked)) == acked
+        production = Production(pulsar, [client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)])
+        try:
+            production.wait_for_more(50, 30, "50 acknowledged sends")
+            hand_off()
+            production.wait_for_more(50, 60, "sends to continue after the hand-off")
+        finally:
+            production.stop()
+        assert production.errors == []
+        assert distinct_in_order(consumer, production.total()) == production.acked[0]
     finally:
         client.close()

@@ -5,8 +5,11 @@ Usable outside pytest (the cluster launcher starts one the same way)::
     with ZooKeeperServer() as zk:
         url = zk.url("/my-cluster")     # zk://127.0.0.1:PORT/my-cluster
 
-``tickTime=500`` lets clients ask for session timeouts down to 1 s, so
-session-expiry tests run in seconds. Readiness is ZooKeeper answering the
+A short tick (200 ms; ``minSessionTimeout`` stays 1 s) lets clients ask for
+session timeouts of a few seconds, so session-expiry tests run in seconds,
+and the server expires a session within one tick of its timeout (it checks
+once a tick: with 500 ms ticks a dead broker's bundles came free up to 0.5 s
+later). Readiness is ZooKeeper answering the
 ``ruok`` four-letter word, polled with a deadline. ``stop()`` then
 ``start()`` restarts the server on the same port and data, so sessions
 survive it as they survive a real server restart.
@@ -93,7 +96,7 @@ class ZooKeeperServer:
             f"dataDir={self.root / 'data'}\n"
             f"clientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\n"
-            "tickTime=500\n"
+            "tickTime=200\n"
             "minSessionTimeout=1000\n"
             "maxSessionTimeout=60000\n"
             "initLimit=10\nsyncLimit=5\n"
