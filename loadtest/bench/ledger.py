@@ -44,18 +44,19 @@ async def closed_loop(client: LedgerClient, entries: int, size: int, window: int
 async def open_loop(client: LedgerClient, rate_per_s: float, duration_s: float, size: int) -> dict:
     handle = await client.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM)
     body = os.urandom(size)
-    loop = asyncio.get_running_loop()
     latencies: list[float] = []
     futures = []
     count = int(rate_per_s * duration_s)
-    start = loop.time() + 0.05
+    # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds and is cached per loop
+    # iteration, which would round every latency to the millisecond.
+    start = time.perf_counter() + 0.05
     for i in range(count):
         scheduled = start + i / rate_per_s
-        delay = scheduled - loop.time()
+        delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)  # pacing the schedule, not synchronisation
         fut = handle.add_entry_async(body)
-        fut.add_done_callback(lambda f, s=scheduled: latencies.append(loop.time() - s))
+        fut.add_done_callback(lambda f, s=scheduled: latencies.append(time.perf_counter() - s))
         futures.append(fut)
     await asyncio.gather(*futures)
     await handle.close()
