@@ -1,0 +1,49 @@
+"""The generated BENCHMARKS.md, from a complete `all` result set (a real run's JSON, kept as test data)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from loadtest.bench.markdown import write_report
+
+DOC = json.loads((Path(__file__).parent / "data" / "bench-all.json").read_text())
+
+
+def _targets(text: str) -> dict[str, str]:
+    section = text.split("## Targets", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    return {cells[0].lstrip("| "): cells[-1].rstrip(" |") for cells in rows[1:]}
+
+
+def test_every_suite_gets_its_section_and_every_target_a_verdict(tmp_path):
+    text = write_report(DOC, tmp_path, "python -m loadtest.bench all --report docs/").read_text()
+    for heading in ("## Machine", "## Targets", "## Ledger store", "## Broker", "## The magnetar client beside pulsar-client",
+                    "## Peers and physical limits", "## Failover", "## Spark source", "## Reading these figures"):
+        assert heading in text
+    verdicts = _targets(text)
+    assert len(verdicts) == 18
+    assert all(v in ("**met**", "**not met**") for name, v in verdicts.items() if not name.startswith("locust"))
+    assert text.count("Reproduce: `python -m loadtest.bench") == 6
+    for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
+        assert (tmp_path / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missed_target_says_so(tmp_path):
+    doc = copy.deepcopy(DOC)
+    doc["results"]["broker"]["latency"]["publish_p99_ms"] = 12.0
+    peers = doc["results"]["peers"]
+    peers["ratio_64k_to_journal_only_limit"]["magnetar"] = 0.49995  # just under: must not print as 50%
+    verdicts = _targets(write_report(doc, tmp_path, "x").read_text())
+    assert verdicts["publish p99 at 1,000 msg/s"] == "**not met**"
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| 49.9% (counting entry-log writes too" in text
+
+
+def test_a_failed_suite_is_named_and_the_others_still_reported(tmp_path):
+    doc = copy.deepcopy(DOC)
+    doc["results"]["spark"] = {"error": "RuntimeError: no Java"}
+    text = write_report(doc, tmp_path, "x").read_text()
+    assert "- `spark` failed: RuntimeError: no Java" in text
+    assert "## Spark source" not in text and "## Broker" in text
