@@ -13,6 +13,8 @@ How a micro-batch works:
   first entry and yields exactly the messages in (start, end], as Arrow
   record batches. The same range always yields the same rows, so a replay
   after a failure repeats the batch exactly.
+- With ``Trigger.AvailableNow`` the driver notes each topic-partition's last
+  message when the query starts and never plans past it, so the query ends.
 - Spark's progress moves a durable subscription: when a batch has been
   committed, its end is acknowledged cumulatively on every topic-partition,
   so backlog and retention follow the query.
@@ -26,7 +28,7 @@ import logging
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from connectors.spark.admin import Admin, TopicMissing, matching_partitions, topic_partitions
 from connectors.spark.offsets import (
@@ -158,6 +160,9 @@ class _Driver:
         self._consumers: dict[str, object] = {}
         self._committed: dict[str, Offset] = {}
         self._scanners: dict[str, _Scanner] = {}
+        # Trigger.AvailableNow: the last message of each topic-partition when the query started; nothing
+        # after it is read (partitions that appear later included), so the query ends.
+        self.target: dict[str, Offset] | None = None
 
     @property
     def client(self):
@@ -203,8 +208,12 @@ class _Driver:
     def latest(self, start: dict[str, Offset], max_rows: int | None) -> dict[str, Offset]:
         ends = dict(start)
         for tp in self.topic_partitions():
+            if self.target is not None and tp not in self.target:
+                continue
             begin = start.get(tp, EARLIEST)
             last = self.last(tp)
+            if self.target is not None and after(last, self.target[tp]):
+                last = self.target[tp]
             ends[tp] = last if after(last, begin) else begin
             if self.streaming:
                 self.subscription(tp)  # from the first batch on, the subscription holds what is not yet read
@@ -370,12 +379,15 @@ class MagnetarBatchReader(_Reading, DataSourceReader):
             self.driver.close()
 
 
-class MagnetarStreamReader(_Reading, DataSourceStreamReader):
+class MagnetarStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     streaming = True
 
     def initialOffset(self) -> dict:
         tps = self.driver.topic_partitions()
         return encode_offsets(self.driver.resolve(self.options.starting, tps, "startingOffsets"))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.driver.target = {tp: self.driver.last(tp) for tp in self.driver.topic_partitions()}
 
     def getDefaultReadLimit(self):
         n = self.options.max_messages_per_trigger
