@@ -50,7 +50,7 @@ class ManagedCursor:
         self._node_version = -1
         self._pending_flush: asyncio.Future | None = None
         self._flusher: asyncio.Task | None = None
-        self._trimmed_at = self.mark_delete_position.ledger_id
+        self._trimmed_at: int | None = None  # the first ack after loading always offers a trim
 
     # ---- create / restore --------------------------------------------------------
 
@@ -234,9 +234,11 @@ class ManagedCursor:
             self.read_position = self.ml.position_after(self.mark_delete_position)
 
     def _after_ack(self) -> None:
-        # Only a mark-delete that reached another ledger can make a ledger trimmable.
-        if self.durable and self.mark_delete_position.ledger_id != self._trimmed_at:
-            self._trimmed_at = self.mark_delete_position.ledger_id
+        # A ledger becomes trimmable when this cursor has consumed all of it, i.e. when its first unconsumed
+        # entry moves to a later ledger (the mark-delete itself stays on a finished ledger's last entry).
+        first_unconsumed = self.ml.position_after(self.mark_delete_position).ledger_id
+        if self.durable and first_unconsumed != self._trimmed_at:
+            self._trimmed_at = first_unconsumed
             self.ml.factory.spawn(self.ml.trim())
 
     def is_deleted(self, position) -> bool:

@@ -81,6 +81,11 @@ class ManagedLedgerFactory:
         except StorageError as exc:  # background trims: the next one tries again
             log.warning("background managed-ledger task failed: %s", exc)
 
+    async def settle(self) -> None:
+        """Wait for the background tasks started so far (trims after acks and rollovers) to finish."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     async def close(self) -> None:
         for ml in list(self._ledgers.values()):
             await ml.close()

@@ -209,6 +209,8 @@ class ManagedLedger:
             await self._create_ledger()
             while self._queued and self._current is not None and not self._full_when_pushed():
                 self._push(self._queued.popleft())
+            if self.cursors:  # they may have consumed all of the ledger just closed (with none, the timer trims)
+                self.factory.spawn(self.trim())
         except ManagedLedgerFencedError as exc:
             self.fence(exc)
         except StorageError as exc:

@@ -7,6 +7,7 @@ import pytest
 from storage.errors import NoSuchLedgerError
 from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from storage.managed_ledger.factory import Hooks
+from tests.managed_ledger.conftest import wait_until
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, cursor_max_entries_per_ledger=3)
 
@@ -82,6 +83,35 @@ async def test_consumed_ledgers_are_trimmed_and_deleted_from_the_bookies(cluster
     with pytest.raises(NoSuchLedgerError):
         await factory.client.open_ledger(first_ledger, recovery=False)
     assert [e.data for e in await cursor.read_entries(5)] == [b"9"]
+
+
+async def test_a_ledger_is_trimmed_as_soon_as_the_cursors_have_consumed_all_of_it(cluster):
+    """No second retention pass needed: the rollover that closes a consumed ledger, or the ack that finishes a
+    closed one, trims it at once."""
+    await cluster.start_bookies(3)
+    now = [1000.0]
+    config = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, max_ledger_rollover_time_s=60)
+    factory, ml = await _open(cluster, "t/ns/persistent/prompt-trim", config, clock=lambda: now[0])
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+
+    def kept():
+        return {i["ledger_id"] for i in ml.ledgers_info()}
+
+    first = [await ml.add_entry(b"a%d" % i) for i in range(2)]
+    await cursor.mark_delete(first[1])  # all of ledger A, but A is the current ledger: never trimmed
+    await ml.trim()
+    assert first[0].ledger_id in kept()
+    now[0] += 61
+    await ml.trim()  # the retention pass finds A over age and starts a rollover, which closes A
+    await wait_until(lambda: first[0].ledger_id not in kept(), 10, "the rollover to trim the consumed ledger A")
+
+    second = [await ml.add_entry(b"b%d" % i) for i in range(5)]  # ledger B takes four, C the fifth
+    await cursor.mark_delete(second[2])  # B still has one unconsumed entry
+    await factory.settle()
+    assert second[0].ledger_id in kept()
+    await cursor.mark_delete(second[3])  # B's last entry: the mark-delete stays on B, which is now all consumed
+    await wait_until(lambda: second[0].ledger_id not in kept(), 10, "the ack that finished ledger B to trim it")
+    assert [e.data for e in await cursor.read_entries(5)] == [b"b4"]
 
 
 async def test_retention_by_size_keeps_consumed_ledgers(cluster):
