@@ -23,6 +23,12 @@ async def _errors(request, handler):
 
     try:
         return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        if exc.content_type == "application/json":  # a handler's own answer
+            raise
+        # The router's: say so in the same JSON shape as every other admin error.
+        what = "no such path" if exc.status == 404 else "method not allowed on"
+        return web.json_response({"reason": f"{what} {request.method} {request.path}"}, status=exc.status)
     except web.HTTPException:
         raise
     except Exception as exc:

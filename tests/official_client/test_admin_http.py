@@ -48,6 +48,9 @@ def test_namespace_limit_is_enforced_for_producers(standalone):
     ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b'"three"', 400, "number of partitions"),
     ("PUT", "/admin/v2/persistent/public/default/p0/partitions", 0, None, 405, "at least 1 partition"),
     ("POST", "/admin/v2/namespaces/public/default/deduplication", "yes", None, 400, "bool"),
+    ("GET", "/admin/v2/no-such-resource", None, None, 404, "no such path GET /admin/v2/no-such-resource"),
+    ("GET", "/lookup/v2/topic/persistent/public/default/a/b", None, None, 404, "no such path"),
+    ("DELETE", "/admin/v2/tenants", None, None, 405, "method not allowed on DELETE /admin/v2/tenants"),
 ])
 def test_bad_requests_get_specific_errors(standalone, method, path, body, raw, status, reason):
     got_status, got = call(standalone, method, path, body, raw)
