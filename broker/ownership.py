@@ -118,10 +118,16 @@ class Ownership:
     # ---- registration and load -------------------------------------------------------
 
     def report(self) -> LoadReport:
-        return dataclasses.replace(self._load_source(), bundles=tuple(sorted(bundle_key(p) for p in self.owned)))
+        load, owned = self._load_source(), tuple(sorted(bundle_key(p) for p in self.owned))
+        return dataclasses.replace(load, bundles=owned,
+                                   bundle_stats={k: s for k, s in load.bundle_stats.items() if k in owned})
+
+    def report_json(self) -> dict:
+        """What ``/loadbalance/brokers/<id>`` holds: this broker's URLs and its load report."""
+        return {**self.me.to_json(), **self.report().to_json()}
 
     def _report_doc(self) -> bytes:
-        return json.dumps({**self.me.to_json(), **self.report().to_json()}).encode()
+        return json.dumps(self.report_json()).encode()
 
     async def register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"

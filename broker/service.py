@@ -26,8 +26,9 @@ from broker.config import BrokerConfig
 from broker.errors import (
     BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
 )
-from broker.ownership import BrokerInfo, Ownership
-from broker.placement import LoadReport, LoadSampler
+from broker.load_manager import LoadManager
+from broker.ownership import BrokerInfo, Ownership, bundle_key
+from broker.placement import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.names import NamespaceName, TopicName
@@ -63,6 +64,9 @@ class BrokerService:
         self.ownership: Ownership | None = None
         self._load_sampler = LoadSampler()
         self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
+        self._bundle_sampler = BundleStatsSampler()
+        self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
+        self.load_manager: LoadManager | None = None
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -85,6 +89,8 @@ class BrokerService:
         await service._server.start_serving()
         service.spawn(service._maintain())
         service.spawn(service._report_load())
+        service.load_manager = LoadManager(service)
+        service.load_manager.start()
         log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
         return service
 
@@ -121,18 +127,26 @@ class BrokerService:
     def load_report(self) -> LoadReport:
         rate_in, rate_out, cpu = self._rates
         return LoadReport(topics=len(self.topics), connections=len(self.connections), msg_rate_in=rate_in,
-                          msg_rate_out=rate_out, cpu_percent=cpu)
+                          msg_rate_out=rate_out, cpu_percent=cpu, bundle_stats=self.bundle_stats)
 
     async def _report_load(self) -> None:
-        """Every ``load_report_interval_s``: sample rates and CPU, publish the load report (placement reads it)."""
+        """Every ``load_report_interval_s``: sample rates, CPU and per-bundle stats, publish the load report
+        (placement, the automatic split and the load shedder read it)."""
         while True:
             await asyncio.sleep(self.config.load_report_interval_s)  # a period, not synchronisation
-            topics = list(self.topics.values())
-            self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
             try:
+                await self._sample_load()
                 await self.ownership.report_load()
-            except MetadataError as exc:
+            except (MetadataError, BrokerError) as exc:
                 log.warning("load report failed: %s", exc)
+
+    async def _sample_load(self) -> None:
+        topics = list(self.topics.values())
+        self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
+        samples = [TopicSample(str(t.name), bundle_key(await self.ownership.path_of(t.name)), t.msg_in, t.msg_out,
+                               t.bytes_in, t.bytes_out, len(t.producers),
+                               sum(len(s.consumers) for s in t.subscriptions.values())) for t in topics]
+        self.bundle_stats = self._bundle_sampler.sample(samples)
 
     def _session_lost(self) -> None:
         """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
@@ -262,6 +276,8 @@ class BrokerService:
                 log.warning("closing %s: %s", name, exc)
         if self.ownership is not None:
             await self.ownership.close()  # hands the bundles off now, not after a session timeout
+        if self.load_manager is not None:
+            await self.load_manager.election.resign()
         for conn in list(self.connections):
             conn.close()
         for task in list(self._tasks):
