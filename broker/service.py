@@ -112,6 +112,8 @@ class BrokerService:
         await self._check_namespace(topic)
         me = self.ownership.me.broker_id
         owner = await self.ownership.owner_of(topic)
+        if owner is not None and owner.broker_id == me:
+            self.ownership.check_not_unloading(await self.ownership.path_of(topic))
         if owner is not None and owner.broker_id != me and not await self.ownership.reachable(owner):
             # Killed: its node lives until its session expires. Answer then, rather than send the client to a dead
             # address and leave the next attempt to its reconnect backoff.
@@ -230,11 +232,16 @@ class BrokerService:
         self.topics.pop(str(name), None)
 
     async def unload_bundle(self, bundle_path: str) -> int:
-        """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many."""
-        names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
-        for topic in names:
-            await self.unload_topic(topic.name)
-        await self.ownership.release(bundle_path)
+        """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.
+        The bundle is disabled first: a client that reconnects meanwhile is told to retry (ServiceNotReady)
+        instead of reloading the topic here, where it would stay after the bundle is gone."""
+        self.ownership.disable(bundle_path)
+        try:
+            names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
+            for topic in names:
+                await self.unload_topic(topic.name)
+        finally:
+            await self.ownership.release(bundle_path)
         return len(names)
 
     async def split_bundle(self, ns: NamespaceName, bundle: BundleRange, unload: bool) -> tuple[str, str]:
@@ -268,6 +275,9 @@ class BrokerService:
         look the topic up again), hand the bundles off at once, then drop the connections."""
         if self._server is not None:
             self._server.close()
+        if self.ownership is not None:
+            for path in list(self.ownership.owned):
+                self.ownership.disable(path)  # clients told to move must not reload their topics here
         for name in list(self.topics):
             topic = self.topics.pop(name)
             try:
