@@ -83,7 +83,8 @@ def test_the_leader_sheds_bundles_from_a_loaded_broker_to_an_idle_one(start_brok
            "MAGNETAR_BROKER_LOAD_BALANCER_BUNDLE_UNLOAD_MIN_MSG_RATE": "5",
            "MAGNETAR_BROKER_LOAD_BALANCER_SHEDDING_GRACE_PERIOD_S": "600",
            "MAGNETAR_BROKER_LOAD_BALANCER_AUTO_BUNDLE_SPLIT_ENABLED": "false"}
-    (leader,) = start_brokers(1, env)  # healthy first, so it holds the lead: it unloads through loaded's admin REST
+    (leader,) = start_brokers(1, env)  # the lead first, so it unloads through the loaded broker's admin REST
+    wait_until(lambda: admin_call(leader, "GET", "/admin/v2/brokers/leaderBroker")[0] == 200, 30, "a leader")
     (loaded,) = start_brokers(1, env, metadata_url=leader.metadata_url)
     for broker in (leader, loaded):
         assert _get(broker, "/admin/v2/brokers/leaderBroker")["serviceUrl"] == leader.web_url
