@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from broker.bundle_split import SplitThresholds
+from broker.load_shedding import SheddingPolicy
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
 
@@ -65,6 +67,23 @@ class BrokerConfig:
     load_report_interval_s: float = 5.0  # Pulsar: loadBalancerReportUpdateMinIntervalMillis 5000; also on every bundle change
     metadata_session_timeout_s: float = 30.0
 
+    # Automatic load management (docs/broker.md "Automatic load management"); names and defaults are Pulsar's.
+    load_balancer_auto_bundle_split_enabled: bool = True
+    load_balancer_auto_unload_split_bundles_enabled: bool = True
+    load_balancer_split_interval_s: float = 60.0  # loadBalancerSplitIntervalMinutes 1
+    load_balancer_namespace_bundle_max_topics: int = 1000  # 0 = criterion off, for all four
+    load_balancer_namespace_bundle_max_sessions: int = 1000
+    load_balancer_namespace_bundle_max_msg_rate: float = 30_000.0
+    load_balancer_namespace_bundle_max_bandwidth_mbytes: float = 100.0
+    load_balancer_namespace_maximum_bundles: int = 128
+    load_balancer_shedding_enabled: bool = True
+    load_balancer_shedding_interval_s: float = 60.0  # loadBalancerSheddingIntervalMinutes 1
+    load_balancer_shedding_grace_period_s: float = 1800.0  # loadBalancerSheddingGracePeriodMinutes 30
+    load_balancer_broker_threshold_shedder_percentage: float = 10.0
+    load_balancer_shedding_condition_hit_count_threshold: int = 3
+    load_balancer_bundle_unload_min_msg_rate: float = 1000.0  # ours: Pulsar's minimum is 10 MB/s of throughput
+    load_balancer_broker_max_msg_rate: float = 100_000.0  # ours: the msg/s in + out that count as 100 % load
+
     def __post_init__(self) -> None:
         if self.advertised_address is None:
             object.__setattr__(self, "advertised_address", "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host)
@@ -99,6 +118,24 @@ class BrokerConfig:
             cache_size_mb=self.managed_ledger_cache_size_mb,
         ).validate()
 
+    def split_thresholds(self) -> SplitThresholds:
+        return SplitThresholds(
+            max_topics=self.load_balancer_namespace_bundle_max_topics,
+            max_sessions=self.load_balancer_namespace_bundle_max_sessions,
+            max_msg_rate=self.load_balancer_namespace_bundle_max_msg_rate,
+            max_bandwidth_mbytes=self.load_balancer_namespace_bundle_max_bandwidth_mbytes,
+            max_bundles=self.load_balancer_namespace_maximum_bundles,
+        )
+
+    def shedding_policy(self) -> SheddingPolicy:
+        return SheddingPolicy(
+            threshold_percent=self.load_balancer_broker_threshold_shedder_percentage,
+            hit_count_threshold=self.load_balancer_shedding_condition_hit_count_threshold,
+            grace_period_s=self.load_balancer_shedding_grace_period_s,
+            min_unload_msg_rate=self.load_balancer_bundle_unload_min_msg_rate,
+            broker_max_msg_rate=self.load_balancer_broker_max_msg_rate,
+        )
+
     def validate(self) -> "BrokerConfig":
         """Cross-field checks. Returns self; raises ValueError naming the field."""
         for name in ("port", "http_port"):
@@ -113,9 +150,20 @@ class BrokerConfig:
             raise ValueError("default_num_partitions must be >= 1")
         if self.default_number_of_namespace_bundles < 1:
             raise ValueError("default_number_of_namespace_bundles must be >= 1")
-        for name in ("load_report_interval_s", "metadata_session_timeout_s"):
+        for name in ("load_report_interval_s", "metadata_session_timeout_s", "load_balancer_split_interval_s",
+                     "load_balancer_shedding_interval_s", "load_balancer_broker_max_msg_rate"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        for name in ("load_balancer_namespace_bundle_max_topics", "load_balancer_namespace_bundle_max_sessions",
+                     "load_balancer_namespace_bundle_max_msg_rate", "load_balancer_namespace_bundle_max_bandwidth_mbytes",
+                     "load_balancer_shedding_grace_period_s", "load_balancer_broker_threshold_shedder_percentage",
+                     "load_balancer_bundle_unload_min_msg_rate"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.load_balancer_namespace_maximum_bundles < self.default_number_of_namespace_bundles:
+            raise ValueError("load_balancer_namespace_maximum_bundles must be >= default_number_of_namespace_bundles")
+        if self.load_balancer_shedding_condition_hit_count_threshold < 1:
+            raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",

@@ -98,6 +98,9 @@ class Ownership:
         self.resources = Resources(store)
         self.default_bundles = default_bundles
         self.owned: set[str] = set()
+        # Owned bundles being unloaded (Pulsar's disabled OwnedBundle): their node is still ours, but no topic of
+        # theirs may load here, or a client reconnecting during the unload would reload it on the old owner.
+        self.unloading: set[str] = set()
         # False while the metadata connection is suspended and until ownership is re-verified: no writes then.
         self.writable = True
         self._on_session_lost = on_session_lost
@@ -118,10 +121,16 @@ class Ownership:
     # ---- registration and load -------------------------------------------------------
 
     def report(self) -> LoadReport:
-        return dataclasses.replace(self._load_source(), bundles=tuple(sorted(bundle_key(p) for p in self.owned)))
+        load, owned = self._load_source(), tuple(sorted(bundle_key(p) for p in self.owned))
+        return dataclasses.replace(load, bundles=owned,
+                                   bundle_stats={k: s for k, s in load.bundle_stats.items() if k in owned})
+
+    def report_json(self) -> dict:
+        """What ``/loadbalance/brokers/<id>`` holds: this broker's URLs and its load report."""
+        return {**self.me.to_json(), **self.report().to_json()}
 
     def _report_doc(self) -> bytes:
-        return json.dumps({**self.me.to_json(), **self.report().to_json()}).encode()
+        return json.dumps(self.report_json()).encode()
 
     async def register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
@@ -204,7 +213,8 @@ class Ownership:
         return self.bundle_path(topic.namespace_name, bundles.bundle_of(topic))
 
     async def owns(self, topic: TopicName) -> bool:
-        return await self.path_of(topic) in self.owned
+        path = await self.path_of(topic)
+        return path in self.owned and path not in self.unloading
 
     def owned_bundles(self, ns: NamespaceName) -> list[str]:
         prefix = f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/"
@@ -237,6 +247,7 @@ class Ownership:
         for _ in range(MAX_ATTEMPTS):
             path = await self.path_of(topic)
             if path in self.owned:
+                self.check_not_unloading(path)
                 return self.me
             try:
                 await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
@@ -285,7 +296,18 @@ class Ownership:
         finally:
             watch.cancel()
 
+    def disable(self, path: str) -> None:
+        """Start unloading an owned bundle: from now on no topic of it loads here (``release`` ends it)."""
+        if path in self.owned:
+            self.unloading.add(path)
+
+    def check_not_unloading(self, path: str) -> None:
+        """Raises ServiceNotReadyError (clients retry the lookup) while the bundle at ``path`` is being unloaded."""
+        if path in self.unloading:
+            raise ServiceNotReadyError(f"bundle {bundle_key(path)} is being unloaded; look the topic up again")
+
     async def release(self, path: str) -> None:
+        self.unloading.discard(path)
         if path in self.owned:
             self.owned.discard(path)
             await self._delete(path)
@@ -296,6 +318,7 @@ class Ownership:
         for path in list(self.owned):
             self.owned.discard(path)
             await self._delete(path)
+        self.unloading.clear()
         if self._reporting is not None:
             self._reporting.cancel()
 
@@ -323,7 +346,7 @@ class Ownership:
                 if bundle not in bundles:
                     raise NotFoundError(f"{bundle_name(bundle)} is not a bundle of {ns}; its bundles: {bundles.names()}")
                 parent = self.bundle_path(ns, bundle)
-                if parent not in self.owned:
+                if parent not in self.owned or parent in self.unloading:
                     raise ConflictError(f"bundle {bundle_name(bundle)} of {ns} is not owned by broker {self.me.broker_id}")
                 new, low, high = bundles.split(bundle)
                 halves = (self.bundle_path(ns, low), self.bundle_path(ns, high))
@@ -370,6 +393,7 @@ class Ownership:
                 node = None
             if node is None or node[1] != self.store.session_id:
                 self.owned.discard(path)
+                self.unloading.discard(path)
         self.writable = True
         log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))
 
@@ -387,4 +411,5 @@ class Ownership:
             log.warning("broker %s lost its metadata session: its %d bundles are no longer its own",
                         self.me.broker_id, len(self.owned))
             self.owned.clear()
+            self.unloading.clear()
             self._on_session_lost()

@@ -15,7 +15,9 @@ lookup for an unowned bundle calls ``choose_broker``:
   bundles instead of all picking the same broker.
 
 ``LoadSampler`` turns the broker's message counters and its process CPU time
-into rates between two samples; its clocks are injected.
+into rates between two samples, and ``BundleStatsSampler`` its topics'
+counters into per-bundle stats (Pulsar's ``lastStats``, which the automatic
+split and the load shedder read); their clocks are injected.
 """
 
 from __future__ import annotations
@@ -29,6 +31,43 @@ CPU_LIMIT_PERCENT = 100.0  # one asyncio event loop uses at most one core
 
 
 @dataclass(frozen=True)
+class BundleStats:
+    """One bundle's load on its owner (Pulsar's NamespaceBundleStats): loaded topics, their producers and
+    consumers, and rates since the previous sample."""
+
+    topics: int = 0
+    producers: int = 0
+    consumers: int = 0
+    msg_rate_in: float = 0.0  # messages/s
+    msg_rate_out: float = 0.0
+    throughput_in: float = 0.0  # bytes/s
+    throughput_out: float = 0.0
+
+    @property
+    def sessions(self) -> int:
+        return self.producers + self.consumers
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msg_rate_in + self.msg_rate_out
+
+    @property
+    def throughput(self) -> float:
+        return self.throughput_in + self.throughput_out
+
+    def to_json(self) -> dict:
+        return {"topics": self.topics, "producerCount": self.producers, "consumerCount": self.consumers,
+                "msgRateIn": self.msg_rate_in, "msgRateOut": self.msg_rate_out,
+                "msgThroughputIn": self.throughput_in, "msgThroughputOut": self.throughput_out}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "BundleStats":
+        return cls(int(doc.get("topics", 0)), int(doc.get("producerCount", 0)), int(doc.get("consumerCount", 0)),
+                   float(doc.get("msgRateIn", 0.0)), float(doc.get("msgRateOut", 0.0)),
+                   float(doc.get("msgThroughputIn", 0.0)), float(doc.get("msgThroughputOut", 0.0)))
+
+
+@dataclass(frozen=True)
 class LoadReport:
     bundles: tuple[str, ...] = ()  # "<tenant>/<ns>/0xLO_0xHI" owned by the broker
     topics: int = 0
@@ -36,18 +75,21 @@ class LoadReport:
     msg_rate_in: float = 0.0  # messages/s
     msg_rate_out: float = 0.0
     cpu_percent: float = 0.0  # of one core, since the previous sample
+    bundle_stats: Mapping[str, BundleStats] = field(default_factory=dict)  # by bundle key, owned bundles only
 
     def to_json(self) -> dict:
         """Field names of Pulsar's LocalBrokerData where it has one."""
         return {"bundles": list(self.bundles), "numBundles": len(self.bundles), "numTopics": self.topics,
                 "numConnections": self.connections, "msgRateIn": self.msg_rate_in, "msgRateOut": self.msg_rate_out,
-                "cpu": {"usage": self.cpu_percent, "limit": CPU_LIMIT_PERCENT}}
+                "cpu": {"usage": self.cpu_percent, "limit": CPU_LIMIT_PERCENT},
+                "lastStats": {k: s.to_json() for k, s in sorted(self.bundle_stats.items())}}
 
     @classmethod
     def from_json(cls, doc: dict) -> "LoadReport":
         return cls(tuple(doc.get("bundles", ())), int(doc.get("numTopics", 0)), int(doc.get("numConnections", 0)),
                    float(doc.get("msgRateIn", 0.0)), float(doc.get("msgRateOut", 0.0)),
-                   float(doc.get("cpu", {}).get("usage", 0.0)))
+                   float(doc.get("cpu", {}).get("usage", 0.0)),
+                   {k: BundleStats.from_json(v) for k, v in doc.get("lastStats", {}).items()})
 
 
 @dataclass(frozen=True)
@@ -103,3 +145,44 @@ class LoadSampler:
         elapsed = now - last[0]
         return (max(msg_in_total - last[2], 0) / elapsed, max(msg_out_total - last[3], 0) / elapsed,
                 100.0 * max(cpu - last[1], 0.0) / elapsed)
+
+
+@dataclass(frozen=True)
+class TopicSample:
+    """What ``BundleStatsSampler`` needs of one loaded topic: its bundle, its counters since it loaded, its clients."""
+
+    topic: str
+    bundle: str  # bundle key, "<tenant>/<ns>/0xLO_0xHI"
+    msg_in: int
+    msg_out: int
+    bytes_in: int
+    bytes_out: int
+    producers: int
+    consumers: int
+
+
+@dataclass
+class BundleStatsSampler:
+    """Per-bundle stats between consecutive ``sample`` calls. Rates are per topic, so a topic that loads, unloads
+    or moves to another bundle (a split) between two samples counts only its own change; a topic new since the
+    previous sample counts from zero (its counters start at zero when it loads)."""
+
+    clock: Callable[[], float] = time.monotonic
+    _last: tuple[float, dict[str, tuple[int, int, int, int]]] | None = field(default=None, init=False)
+
+    def sample(self, topics: list[TopicSample]) -> dict[str, BundleStats]:
+        now = self.clock()
+        last_time, last = self._last if self._last is not None else (None, {})
+        self._last = (now, {t.topic: (t.msg_in, t.msg_out, t.bytes_in, t.bytes_out) for t in topics})
+        elapsed = None if last_time is None or now <= last_time else now - last_time
+        acc: dict[str, list[float]] = {}
+        for t in topics:
+            row = acc.setdefault(t.bundle, [0, 0, 0, 0.0, 0.0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += t.producers
+            row[2] += t.consumers
+            if elapsed is not None:
+                before = last.get(t.topic, (0, 0, 0, 0))
+                for i, (now_count, then) in enumerate(zip((t.msg_in, t.msg_out, t.bytes_in, t.bytes_out), before)):
+                    row[3 + i] += max(now_count - then, 0) / elapsed
+        return {bundle: BundleStats(int(r[0]), int(r[1]), int(r[2]), *r[3:]) for bundle, r in acc.items()}

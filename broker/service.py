@@ -26,8 +26,9 @@ from broker.config import BrokerConfig
 from broker.errors import (
     BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
 )
-from broker.ownership import BrokerInfo, Ownership
-from broker.placement import LoadReport, LoadSampler
+from broker.load_manager import LoadManager
+from broker.ownership import BrokerInfo, Ownership, bundle_key
+from broker.placement import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.names import NamespaceName, TopicName
@@ -63,6 +64,9 @@ class BrokerService:
         self.ownership: Ownership | None = None
         self._load_sampler = LoadSampler()
         self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
+        self._bundle_sampler = BundleStatsSampler()
+        self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
+        self.load_manager: LoadManager | None = None
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -85,6 +89,8 @@ class BrokerService:
         await service._server.start_serving()
         service.spawn(service._maintain())
         service.spawn(service._report_load())
+        service.load_manager = LoadManager(service)
+        service.load_manager.start()
         log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
         return service
 
@@ -106,6 +112,8 @@ class BrokerService:
         await self._check_namespace(topic)
         me = self.ownership.me.broker_id
         owner = await self.ownership.owner_of(topic)
+        if owner is not None and owner.broker_id == me:
+            self.ownership.check_not_unloading(await self.ownership.path_of(topic))
         if owner is not None and owner.broker_id != me and not await self.ownership.reachable(owner):
             # Killed: its node lives until its session expires. Answer then, rather than send the client to a dead
             # address and leave the next attempt to its reconnect backoff.
@@ -121,18 +129,26 @@ class BrokerService:
     def load_report(self) -> LoadReport:
         rate_in, rate_out, cpu = self._rates
         return LoadReport(topics=len(self.topics), connections=len(self.connections), msg_rate_in=rate_in,
-                          msg_rate_out=rate_out, cpu_percent=cpu)
+                          msg_rate_out=rate_out, cpu_percent=cpu, bundle_stats=self.bundle_stats)
 
     async def _report_load(self) -> None:
-        """Every ``load_report_interval_s``: sample rates and CPU, publish the load report (placement reads it)."""
+        """Every ``load_report_interval_s``: sample rates, CPU and per-bundle stats, publish the load report
+        (placement, the automatic split and the load shedder read it)."""
         while True:
             await asyncio.sleep(self.config.load_report_interval_s)  # a period, not synchronisation
-            topics = list(self.topics.values())
-            self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
             try:
+                await self._sample_load()
                 await self.ownership.report_load()
-            except MetadataError as exc:
+            except (MetadataError, BrokerError) as exc:
                 log.warning("load report failed: %s", exc)
+
+    async def _sample_load(self) -> None:
+        topics = list(self.topics.values())
+        self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
+        samples = [TopicSample(str(t.name), bundle_key(await self.ownership.path_of(t.name)), t.msg_in, t.msg_out,
+                               t.bytes_in, t.bytes_out, len(t.producers),
+                               sum(len(s.consumers) for s in t.subscriptions.values())) for t in topics]
+        self.bundle_stats = self._bundle_sampler.sample(samples)
 
     def _session_lost(self) -> None:
         """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
@@ -216,11 +232,16 @@ class BrokerService:
         self.topics.pop(str(name), None)
 
     async def unload_bundle(self, bundle_path: str) -> int:
-        """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many."""
-        names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
-        for topic in names:
-            await self.unload_topic(topic.name)
-        await self.ownership.release(bundle_path)
+        """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.
+        The bundle is disabled first: a client that reconnects meanwhile is told to retry (ServiceNotReady)
+        instead of reloading the topic here, where it would stay after the bundle is gone."""
+        self.ownership.disable(bundle_path)
+        try:
+            names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
+            for topic in names:
+                await self.unload_topic(topic.name)
+        finally:
+            await self.ownership.release(bundle_path)
         return len(names)
 
     async def split_bundle(self, ns: NamespaceName, bundle: BundleRange, unload: bool) -> tuple[str, str]:
@@ -254,6 +275,9 @@ class BrokerService:
         look the topic up again), hand the bundles off at once, then drop the connections."""
         if self._server is not None:
             self._server.close()
+        if self.ownership is not None:
+            for path in list(self.ownership.owned):
+                self.ownership.disable(path)  # clients told to move must not reload their topics here
         for name in list(self.topics):
             topic = self.topics.pop(name)
             try:
@@ -262,6 +286,8 @@ class BrokerService:
                 log.warning("closing %s: %s", name, exc)
         if self.ownership is not None:
             await self.ownership.close()  # hands the bundles off now, not after a session timeout
+        if self.load_manager is not None:
+            await self.load_manager.election.resign()
         for conn in list(self.connections):
             conn.close()
         for task in list(self._tasks):

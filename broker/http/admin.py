@@ -87,6 +87,25 @@ async def metrics(request):
     return web.Response(body=render_metrics(_service(request)), headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
+# ---- load management --------------------------------------------------------------
+
+
+@routes.get("/admin/v2/broker-stats/load-report")
+async def load_report(request):
+    """This broker's load report as published in ``/loadbalance/brokers/<id>`` (Pulsar's LocalBrokerData shape),
+    with per-bundle stats under ``lastStats``; refreshed every ``load_report_interval_s``."""
+    return web.json_response(_service(request).ownership.report_json())
+
+
+@routes.get("/admin/v2/brokers/leaderBroker")
+async def leader_broker(request):
+    """The load-balancer leader, which runs load shedding (404 until one is elected)."""
+    leader = await _service(request).load_manager.election.leader()
+    if leader is None:
+        raise NotFoundError("no load-balancer leader is elected yet")
+    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_service_url})
+
+
 # ---- tenants and namespaces ---------------------------------------------------------
 
 

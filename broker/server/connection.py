@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 
-from broker.errors import BrokerError, NotAllowedError, PersistenceError
+from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError
 from broker.server import handlers
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.errors import ProtocolError
@@ -122,14 +122,21 @@ class ServerConnection(asyncio.Protocol):
             else:
                 log.warning("%s: %s failed: %s", self.remote_address, T.Type.Name(cmd.type), exc)
 
-    def spawn(self, coro, request_id: int | None = None) -> asyncio.Task:
-        """Run a command's async part; a BrokerError it raises becomes ERROR for ``request_id``."""
-        task = asyncio.get_running_loop().create_task(self._guarded(coro, request_id))
+    def spawn(self, coro, request_id: int | None = None, *, close_when_not_ready: bool = False) -> asyncio.Task:
+        """Run a command's async part; a BrokerError it raises becomes ERROR for ``request_id``.
+
+        ``close_when_not_ready`` (PRODUCER, SUBSCRIBE): after a ServiceNotReady answer (the topic moved, e.g. its
+        bundle was split or unloaded after the client's lookup) close the connection too. That is how Pulsar
+        clients expect to hear it: they close the connection themselves on most ServiceNotReady errors, and
+        pulsar-client 3.13 left on an open connection retries a first PRODUCER or SUBSCRIBE only when its
+        operation timeout has passed (measured: a consumer that met one error on creation failed after the
+        timeout). Closed, every producer and consumer of the connection looks its topic up again at once."""
+        task = asyncio.get_running_loop().create_task(self._guarded(coro, request_id, close_when_not_ready))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _guarded(self, coro, request_id):
+    async def _guarded(self, coro, request_id, close_when_not_ready: bool = False):
         try:
             return await coro
         except asyncio.CancelledError:
@@ -137,6 +144,10 @@ class ServerConnection(asyncio.Protocol):
         except BrokerError as exc:
             if request_id is not None:
                 self.send_error(request_id, exc)
+            if close_when_not_ready and isinstance(exc, ServiceNotReadyError):
+                log.info("%s: closing the connection after %s so its clients look their topics up again",
+                         self.remote_address, exc)
+                self.close()
         except StorageError as exc:
             if request_id is not None:
                 self.send_error(request_id, PersistenceError(str(exc)))

@@ -182,7 +182,7 @@ def on_producer(conn, frame) -> None:
             await wait
         _producer_success(conn, c.request_id, producer, topic)
 
-    conn.spawn(run(), c.request_id)
+    conn.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
 def _producer_success(conn, request_id: int, producer: Producer, topic) -> None:
@@ -291,7 +291,7 @@ def on_subscribe(conn, frame) -> None:
         conn.consumers[c.consumer_id] = ConsumerBinding(consumer, sub, topic)
         conn.send_success(c.request_id)
 
-    conn.spawn(run(), c.request_id)
+    conn.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
 def _binding(conn, consumer_id: int) -> ConsumerBinding:

@@ -178,6 +178,9 @@ class PersistentTopic:
                 cursor = await self._guard(self.ml.open_cursor(sub_name, initial_position=initial_position))
                 if start is not None:
                     await self._guard(cursor.reset(start))
+                # The topic may have closed (unloaded) while the cursor opened: a consumer added now would hang on
+                # a closed topic, never told to reconnect.
+                self._check_open()
             else:
                 if start is None and initial_position is InitialPosition.LATEST:
                     start, start_inclusive = self.ml.last_confirmed_entry, False

@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-from broker.placement import LoadReport, LoadSampler, PlacementWeights, choose_broker, load_score
+from broker.placement import (
+    BundleStats, BundleStatsSampler, LoadReport, LoadSampler, PlacementWeights, TopicSample, choose_broker, load_score,
+)
 
 
 def _place_all(reports: dict[str, LoadReport], bundles: list[str]) -> dict[str, LoadReport]:
@@ -77,10 +79,15 @@ def test_no_broker_is_an_error():
 
 
 def test_report_json_round_trips_in_pulsars_field_names():
+    stats = BundleStats(topics=2, producers=1, consumers=3, msg_rate_in=5.0, msg_rate_out=6.0, throughput_in=50.0,
+                        throughput_out=60.0)
     report = LoadReport(bundles=("t/ns/0x00000000_0x40000000",), topics=3, connections=2, msg_rate_in=1.5,
-                        msg_rate_out=2.5, cpu_percent=12.0)
+                        msg_rate_out=2.5, cpu_percent=12.0, bundle_stats={"t/ns/0x00000000_0x40000000": stats})
     doc = report.to_json()
     assert doc["numBundles"] == 1 and doc["numTopics"] == 3 and doc["cpu"] == {"usage": 12.0, "limit": 100.0}
+    assert doc["lastStats"]["t/ns/0x00000000_0x40000000"] == {
+        "topics": 2, "producerCount": 1, "consumerCount": 3, "msgRateIn": 5.0, "msgRateOut": 6.0,
+        "msgThroughputIn": 50.0, "msgThroughputOut": 60.0}
     assert LoadReport.from_json(doc) == report
     assert LoadReport.from_json({"brokerId": "old"}) == LoadReport()  # a report without load fields
 
@@ -93,3 +100,25 @@ def test_sampler_turns_counters_and_cpu_time_into_rates():
     assert sampler.sample(3_000, 400) == (1_000.0, 200.0, 50.0)
     now[0] = 104.0
     assert sampler.sample(10, 400) == (0.0, 0.0, 0.0)  # topics unloaded: totals dropped, rates do not go negative
+
+
+def test_bundle_stats_sampler_sums_each_topics_own_change_per_bundle():
+    now = [10.0]
+    sampler = BundleStatsSampler(clock=lambda: now[0])
+
+    def topic(name, bundle, msgs, producers=1, consumers=1):
+        return TopicSample(name, bundle, msg_in=msgs, msg_out=2 * msgs, bytes_in=100 * msgs, bytes_out=200 * msgs,
+                           producers=producers, consumers=consumers)
+
+    first = sampler.sample([topic("t1", "a", 100), topic("t2", "a", 50, consumers=2), topic("t3", "b", 0)])
+    assert first == {"a": BundleStats(topics=2, producers=2, consumers=3), "b": BundleStats(topics=1, producers=1,
+                                                                                            consumers=1)}
+    now[0] = 12.0
+    # t1 +200, t2 moved to bundle "c" by a split (+100), t3 unloaded, t4 loaded since (+40, from zero).
+    second = sampler.sample([topic("t1", "a", 300), topic("t2", "c", 150, consumers=2), topic("t4", "a", 40)])
+    assert second["a"] == BundleStats(topics=2, producers=2, consumers=2, msg_rate_in=120.0, msg_rate_out=240.0,
+                                      throughput_in=12_000.0, throughput_out=24_000.0)
+    assert second["c"].msg_rate_in == 50.0 and second["c"].sessions == 3 and "b" not in second
+    now[0] = 14.0
+    # t1 reloaded (its counters started again): no negative rate.
+    assert sampler.sample([topic("t1", "a", 10)])["a"].msg_rate == 0.0

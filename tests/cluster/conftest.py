@@ -1,4 +1,4 @@
-"""Two `broker start` processes on one real ZooKeeper and three bookie processes."""
+"""`broker start` processes on one real ZooKeeper and three bookie processes."""
 
 from __future__ import annotations
 
@@ -10,13 +10,27 @@ SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
 
 
 @pytest.fixture
-def two_brokers(start_bookies, tmp_path):
-    cluster = start_bookies(3)
-    brokers = [BrokerProcess(tmp_path / f"broker-{i}", metadata_url=cluster.metadata_url, env=dict(SESSION)) for i in range(2)]
-    for b in brokers:
-        b.spawn()
-    for b in brokers:
-        b.wait_healthy(60)
-    yield brokers
-    for b in brokers:
+def start_brokers(start_bookies, tmp_path):
+    """Factory: start_brokers(count, env=..., metadata_url=...) -> that many healthy brokers, on three new bookies
+    unless joining the cluster at ``metadata_url``; every broker started is stopped at the end of the test."""
+    started: list[BrokerProcess] = []
+
+    def start(count: int = 2, env: dict | None = None, metadata_url: str | None = None) -> list[BrokerProcess]:
+        url = metadata_url or start_bookies(3).metadata_url
+        brokers = [BrokerProcess(tmp_path / f"broker-{len(started) + i}", metadata_url=url,
+                                 env={**SESSION, **(env or {})}) for i in range(count)]
+        started.extend(brokers)
+        for b in brokers:
+            b.spawn()
+        for b in brokers:
+            b.wait_healthy(60)
+        return brokers
+
+    yield start
+    for b in started:
         b.stop()
+
+
+@pytest.fixture
+def two_brokers(start_brokers):
+    return start_brokers(2)

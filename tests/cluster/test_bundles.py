@@ -246,3 +246,20 @@ async def test_placement_passes_over_a_broker_that_refuses_connections(brokers):
     await owners[0].report_load()  # b0 has a bundle: b1 and the dead b2 have none
     chosen = [(await owners[0].place(f"/namespace/public/other/0x{i:08x}_0x{i + 1:08x}")).broker_id for i in range(6)]
     assert dead not in chosen and set(chosen) == {"b0", "b1"}
+
+
+async def test_a_bundle_being_unloaded_loads_no_topic_until_it_is_released(brokers):
+    old, new = await brokers(2)
+    topic = parse_topic("persistent://public/default/unloading")
+    assert (await old.try_acquire(topic)).broker_id == "b0"
+    path = await old.path_of(topic)
+    old.disable(path)  # the unload has begun: its topics are closing, the node is still ours
+    assert not await old.owns(topic)
+    with pytest.raises(ServiceNotReadyError, match="being unloaded"):
+        await old.try_acquire(topic)  # a client reconnecting meanwhile does not reload it here
+    with pytest.raises(ConflictError):
+        await old.split(NS, (await old.namespace_bundles(NS)).bundle_of(topic))
+    assert (await new.try_acquire(topic)).broker_id == "b0"  # still one owner until the release
+    await old.release(path)
+    assert old.unloading == set()
+    assert (await new.try_acquire(topic)).broker_id == "b1"
