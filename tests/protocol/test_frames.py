@@ -161,3 +161,29 @@ def test_round_trip_more(cmd):
 def test_command_helper():
     from magnetar.protocol import command
     assert command(T.PING, ping=pb.CommandPing()) == ping()
+
+
+def test_split_batch_gives_parallel_lists_and_rejects_every_truncation():
+    from magnetar.protocol import pack_batch, split_batch, unpack_batch
+    msgs = [(pb.SingleMessageMetadata(partition_key="k%d" % i, payload_size=0), b"m" * i) for i in range(4)]
+    packed = pack_batch(msgs)
+    singles, payloads = split_batch(packed, 4)
+    assert [s.partition_key for s in singles] == ["k0", "k1", "k2", "k3"]
+    assert payloads == [b"", b"m", b"mm", b"mmm"]  # an explicit payload_size of 0 is a message, not a missing field
+    assert unpack_batch(packed, 4) == list(zip(singles, payloads))
+    assert split_batch(packed, 0) == ([], []) and unpack_batch(packed, 0) == []
+    for cut in range(len(packed)):
+        with pytest.raises(ProtocolError):
+            split_batch(packed[:cut], 4)
+
+
+def test_split_batch_rejects_a_single_message_metadata_without_payload_size_or_garbled():
+    import struct
+
+    from magnetar.protocol import split_batch
+    no_size = pb.SingleMessageMetadata(partition_key="k").SerializePartialToString()
+    with pytest.raises(ProtocolError, match="missing required"):
+        split_batch(struct.pack(">I", len(no_size)) + no_size, 1)
+    garbled = b"\x1a\xff\xff"  # a length-delimited field longer than the bytes
+    with pytest.raises(ProtocolError, match="bad SingleMessageMetadata"):
+        split_batch(struct.pack(">I", len(garbled)) + garbled, 1)

@@ -1,8 +1,10 @@
-"""Messages and message ids, shaped like the official client's (``pulsar.Message``, ``pulsar.MessageId``)."""
+"""Messages and message ids, shaped like the official client's (``pulsar.Message``, ``pulsar.MessageId``),
+and ``ReceivedEntry``: the messages of one ledger entry as a consumer received them."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from magnetar.protocol import pulsar_api_pb2 as pb
 
@@ -91,7 +93,8 @@ class Message:
                  single: pb.SingleMessageMetadata | None, topic: str, redelivery_count: int):
         self._data, self._id, self._metadata, self._single = data, message_id, metadata, single
         self._topic, self._redelivery_count = topic, redelivery_count
-        self.chunks: list[tuple[int, int]] = []  # earlier chunk entries of a chunked message (acked with it)
+        # Earlier chunk entries of a chunked message (acked with it); a shared empty tuple when not chunked.
+        self.chunks: Sequence[tuple[int, int]] = ()
 
     def data(self) -> bytes:
         return self._data
@@ -131,3 +134,88 @@ class Message:
 
     def __repr__(self):
         return f"Message(id={self._id}, {len(self._data)} bytes)"
+
+
+class ReceivedEntry:
+    """The messages of one ledger entry as received: a producer batch (or a single message), unpacked once.
+
+    The consumer queues entries, not messages: a ``Message`` is made only when ``receive()`` hands one
+    out, and a reader that wants columns (the Spark source, through ``AsyncConsumer.receive_entries``)
+    reads them here without a Message, MessageId or property dict per message. ``indexes``, ``singles``
+    and ``payloads`` are parallel: the batch index of each message kept (-1 for a message sent without
+    batching), its ``SingleMessageMetadata`` (None without batching) and its payload. ``batch_size`` is
+    the number of messages in the producer's batch (0 without batching), whether or not all were kept.
+    """
+
+    __slots__ = ("topic", "partition", "ledger_id", "entry_id", "batch_size", "metadata", "redelivery_count",
+                 "indexes", "singles", "payloads", "chunks")
+
+    def __init__(self, topic: str, partition: int, ledger_id: int, entry_id: int, batch_size: int,
+                 metadata: pb.MessageMetadata, redelivery_count: int, indexes: Sequence[int],
+                 singles: list, payloads: list[bytes], chunks: Sequence[tuple[int, int]] = ()):
+        self.topic, self.partition, self.ledger_id, self.entry_id = topic, partition, ledger_id, entry_id
+        self.batch_size, self.metadata, self.redelivery_count = batch_size, metadata, redelivery_count
+        self.indexes, self.singles, self.payloads = indexes, singles, payloads
+        self.chunks = chunks or ()  # earlier entries of a chunked message, acknowledged with it
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def __repr__(self):
+        return f"ReceivedEntry({self.ledger_id}:{self.entry_id}, {len(self)} messages)"
+
+    def message(self, i: int) -> Message:
+        """The ``i``-th message kept (not the batch index ``i``)."""
+        msg = Message(self.payloads[i], MessageId(self.ledger_id, self.entry_id, self.indexes[i], self.partition,
+                                                  self.batch_size),
+                      self.metadata, self.singles[i], self.topic, self.redelivery_count)
+        if self.chunks:
+            msg.chunks = self.chunks
+        return msg
+
+    def messages(self) -> list[Message]:
+        return [self.message(i) for i in range(len(self))]
+
+    def tail(self, first: int) -> "ReceivedEntry":
+        """The messages from the ``first``-th kept on (what is left once some were handed out one by one)."""
+        return ReceivedEntry(self.topic, self.partition, self.ledger_id, self.entry_id, self.batch_size,
+                             self.metadata, self.redelivery_count, self.indexes[first:], self.singles[first:],
+                             self.payloads[first:], self.chunks)
+
+    # Columns: what the Message accessors of the same name give, for every message kept, in order.
+
+    def message_ids(self) -> list[MessageId]:
+        return [MessageId(self.ledger_id, self.entry_id, i, self.partition, self.batch_size) for i in self.indexes]
+
+    def serialized_message_ids(self) -> list[bytes]:
+        """``message_id().serialize()`` of each message, without a MessageId or protobuf object per message.
+
+        Protobuf writes fields in field-number order and a concatenation of two encodings is their merge,
+        so (ledger, entry, partition) + (batch_index) + (batch_size) encode the whole MessageIdData; the
+        batch index part repeats from entry to entry and is cached. Tested byte for byte against serialize().
+        """
+        head = pb.MessageIdData(ledgerId=self.ledger_id & _U64, entryId=self.entry_id & _U64,
+                                partition=self.partition).SerializeToString()
+        tail = pb.MessageIdData(batch_size=self.batch_size).SerializePartialToString() if self.batch_size else b""
+        return [head + _batch_index_field(i) + tail for i in self.indexes]
+
+    def partition_keys(self) -> list[str]:
+        if self.batch_size:
+            return [s.partition_key for s in self.singles]
+        return [self.metadata.partition_key] * len(self)
+
+    def event_timestamps(self) -> list[int]:
+        if self.batch_size:
+            return [s.event_time for s in self.singles]
+        return [self.metadata.event_time] * len(self)
+
+    def properties(self) -> list[dict[str, str]]:
+        if self.batch_size:
+            return [{kv.key: kv.value for kv in s.properties} if s.properties else {} for s in self.singles]
+        return [{kv.key: kv.value for kv in self.metadata.properties} for _ in range(len(self))]
+
+
+@functools.lru_cache(maxsize=4096)
+def _batch_index_field(index: int) -> bytes:
+    """The encoding of MessageIdData's batch_index field alone (the required ids are left out on purpose)."""
+    return pb.MessageIdData(batch_index=index).SerializePartialToString()

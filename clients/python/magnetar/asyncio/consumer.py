@@ -3,8 +3,9 @@
 How it works: on subscribe the consumer grants ``receiver_queue_size`` permits
 (FLOW); each message handed to the application frees a slot, and permits are
 granted again in chunks of half the queue, as the official client does. A batch
-entry is unpacked into one Message per batch index (skipping indexes the
-broker marks as already acknowledged). Acknowledging one message of a batch
+entry is unpacked in one pass into a ReceivedEntry (skipping indexes the broker
+marks as already acknowledged) and queued whole; ``receive()`` makes a Message
+per message it hands out, ``receive_entries()`` hands out the entries. Acknowledging one message of a batch
 sends a batch-index ack (the bitset of messages still unacknowledged), so the
 broker keeps the rest. A negative ack asks for redelivery after
 ``negative_ack_redelivery_delay_ms``. When the broker closes the consumer (seek,
@@ -15,18 +16,21 @@ drops what was queued but not yet received (the broker sends it again).
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
+import sys
 import logging
 import uuid
 
 from magnetar.compression import CompressionError, decompress
 from magnetar.errors import AlreadyClosed, MagnetarError, Timeout
-from magnetar.message import Message, MessageId
+from magnetar.message import Message, MessageId, ReceivedEntry
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.protocol.frames import unpack_batch
+from magnetar.protocol.frames import split_batch
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
+_KEEP_NONE = sys.maxsize  # _first_kept_index(): no message of the entry is kept
 
 
 class ConsumerType(enum.IntEnum):
@@ -84,7 +88,11 @@ class AsyncConsumer:
         self._ack_timer_group: asyncio.TimerHandle | None = None
         self.consumer_id = client.next_handler_id()
         self.conn = None
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        # The receiver queue: entries as received; the first _head_taken messages of the first entry are gone.
+        self._entries: collections.deque[ReceivedEntry] = collections.deque()
+        self._head_taken = 0
+        self._waiters: list[asyncio.Future] = []  # receive() calls waiting for an entry
+        self._flow_threshold = max(1, self.queue_size // 2)
         self._delivered_since_flow = 0
         self._batch_acks: dict[tuple, set[int]] = {}  # (ledger, entry) -> acked batch indexes
         self._last_dequeued: MessageId | None = None
@@ -156,89 +164,146 @@ class AsyncConsumer:
                                                          message_id=[pb.MessageIdData(ledgerId=ledger, entryId=entry)],
                                                          validation_error=pb.CommandAck.DecompressionError))
                 return
+        first = self._first_kept_index(ledger, entry)
         if md.HasField("num_messages_in_batch"):  # a producer batch (even of one message)
-            skip = _acked_indexes(cmd.ack_set, md.num_messages_in_batch)
-            for i, (smm, payload) in enumerate(unpack_batch(payload, md.num_messages_in_batch)):
-                if i in skip or self._skip_before_start(ledger, entry, i):
-                    continue
-                msg_id = MessageId(ledger, entry, i, self.partition, md.num_messages_in_batch)
-                self._queue.put_nowait(Message(payload, msg_id, md, smm, self._topic, redelivery))
-        else:
-            if self._skip_before_start(ledger, entry, -1):
-                return
-            chunk_ids: list[tuple[int, int]] = []
-            if md.HasField("num_chunks_from_msg") and md.num_chunks_from_msg > 1:
-                parts = self._chunks.setdefault(md.uuid, [])
-                if md.chunk_id != len(parts):  # a chunk out of place (e.g. redelivered): start this message over
-                    parts.clear()
-                    if md.chunk_id != 0:
-                        return
-                parts.append((payload, ledger, entry))
-                if md.chunk_id < md.num_chunks_from_msg - 1:
+            size = md.num_messages_in_batch
+            singles, payloads = split_batch(payload, size)
+            indexes = range(size)
+            acked = _acked_indexes(cmd.ack_set, size)
+            if first > 0 or acked:  # the rare case: part of the batch was acknowledged or lies before the start
+                indexes = [i for i in indexes if i >= first and i not in acked]
+                singles, payloads = [singles[i] for i in indexes], [payloads[i] for i in indexes]
+            if indexes:
+                self._enqueue(ReceivedEntry(self._topic, self.partition, ledger, entry, size, md, redelivery,
+                                            indexes, singles, payloads))
+            return
+        if first > -1:
+            return
+        chunk_ids: list[tuple[int, int]] = []
+        if md.HasField("num_chunks_from_msg") and md.num_chunks_from_msg > 1:
+            parts = self._chunks.setdefault(md.uuid, [])
+            if md.chunk_id != len(parts):  # a chunk out of place (e.g. redelivered): start this message over
+                parts.clear()
+                if md.chunk_id != 0:
                     return
-                del self._chunks[md.uuid]
-                payload = b"".join(p for p, _, _ in parts)
-                chunk_ids = [(l, e) for _, l, e in parts[:-1]]
-            msg = Message(payload, MessageId(ledger, entry, -1, self.partition), md, None, self._topic, redelivery)
-            msg.chunks = chunk_ids
-            self._queue.put_nowait(msg)
+            parts.append((payload, ledger, entry))
+            if md.chunk_id < md.num_chunks_from_msg - 1:
+                return
+            del self._chunks[md.uuid]
+            payload = b"".join(p for p, _, _ in parts)
+            chunk_ids = [(l, e) for _, l, e in parts[:-1]]
+        self._enqueue(ReceivedEntry(self._topic, self.partition, ledger, entry, 0, md, redelivery, [-1], [None],
+                                    [payload], chunk_ids))
 
-    def _skip_before_start(self, ledger: int, entry: int, index: int) -> bool:
-        """A reader drops what lies before its start id (and the start itself unless inclusive); after a seek
-        to a message id, a consumer drops up to and including that id, as the official clients do."""
+    def _first_kept_index(self, ledger: int, entry: int) -> int:
+        """Messages of this entry with a batch index below the answer are dropped: -1 keeps all of it (a message
+        sent without batching has index -1), _KEEP_NONE none. A reader drops what lies before its start id (and
+        the start itself unless inclusive); after a seek to a message id, a consumer drops up to and including
+        that id, as the official clients do."""
         start, inclusive = self._seek_to if self._seek_to is not None else ((None, False) if self.durable else self._start)
         if start is None or start.ledger_id() < 0 or start.ledger_id() >= (1 << 63) - 1:
-            return False
+            return -1
         here, mark = (ledger, entry), (start.ledger_id(), start.entry_id())
         if here != mark:
-            return here < mark
+            return _KEEP_NONE if here < mark else -1
         if start.batch_index() < 0:
-            return not inclusive
-        return index < start.batch_index() or (index == start.batch_index() and not inclusive)
+            return -1 if inclusive else _KEEP_NONE
+        return start.batch_index() if inclusive else start.batch_index() + 1
+
+    def _enqueue(self, entry: ReceivedEntry) -> None:
+        self._entries.append(entry)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def _wait_for_messages(self, timeout_millis: int | None) -> None:
+        """Return once a message is queued; raises Timeout after ``timeout_millis``. Every waiter is woken by
+        the next entry and checks again, so concurrent receive() calls and _drop_queued() are safe."""
+        if self.closed:
+            raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None if timeout_millis is None else timeout_millis / 1000):
+                while not self._entries:
+                    waiter = loop.create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        if waiter in self._waiters:  # timed out or cancelled (a woken waiter was cleared)
+                            self._waiters.remove(waiter)
+        except TimeoutError as exc:
+            raise Timeout(f"no message within {timeout_millis} ms") from exc
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises Timeout after ``timeout_millis``."""
-        if self.closed:
-            raise AlreadyClosed(f"consumer on {self._topic} is closed")
-        try:
-            if not self._queue.empty():
-                msg = self._queue.get_nowait()  # the common case under load: no timer, no task
-            elif timeout_millis is None:
-                msg = await self._queue.get()
-            else:
-                msg = await asyncio.wait_for(self._queue.get(), timeout_millis / 1000)
-        except asyncio.TimeoutError as exc:
-            raise Timeout(f"no message within {timeout_millis} ms") from exc
-        self._message_taken(msg)
-        return msg
+        if not self._entries or self.closed:  # under load a message is queued: no waiting, no timer
+            await self._wait_for_messages(timeout_millis)
+        return self._take_message()
 
-    def _message_taken(self, msg: Message) -> None:
+    def _take_message(self) -> Message:
+        entry = self._entries[0]
+        msg = entry.message(self._head_taken)
+        self._head_taken += 1
+        if self._head_taken == len(entry.payloads):
+            self._entries.popleft()
+            self._head_taken = 0
         self._last_dequeued = msg.message_id()
         if self.ack_timeout_s is not None:
-            self._unacked[msg.message_id()._key()] = (asyncio.get_running_loop().time(), msg)
-            if self._ack_timer is None:
-                self._ack_timer = asyncio.get_running_loop().call_later(self.ack_timeout_s / 2, self._check_ack_timeouts)
+            self._track_unacked(msg)
         self._delivered_since_flow += 1
-        if self._delivered_since_flow >= max(1, self.queue_size // 2) and self.conn is not None and not self.conn.closed:
+        if self._delivered_since_flow >= self._flow_threshold:
+            self._grant_permits()
+        return msg
+
+    def _track_unacked(self, msg: Message) -> None:
+        self._unacked[msg.message_id()._key()] = (asyncio.get_running_loop().time(), msg)
+        if self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(self.ack_timeout_s / 2, self._check_ack_timeouts)
+
+    def _grant_permits(self) -> None:
+        """Grant the broker permits again once half the receiver queue has been handed out."""
+        if self._delivered_since_flow >= self._flow_threshold and self.conn is not None and not self.conn.closed:
             self.conn.write(T.FLOW, flow=pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=self._delivered_since_flow))
             self._delivered_since_flow = 0
 
     async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message]:
         out = [await self.receive(timeout_millis=None if timeout_millis is None else timeout_millis)]
-        while len(out) < max_messages and not self._queue.empty():
-            msg = self._queue.get_nowait()
-            self._message_taken(msg)
-            out.append(msg)
+        while len(out) < max_messages and self._entries:
+            out.append(self._take_message())
+        return out
+
+    async def receive_entries(self, max_messages: int = 1000, timeout_millis: int | None = None) -> list[ReceivedEntry]:
+        """What is queued as whole entries (magnetar's own bulk read, not in pulsar-client): at least one message,
+        then whole entries while fewer than ``max_messages`` are taken. Each message counts as received, exactly
+        as with receive(); the entries give their messages' fields as columns. Raises Timeout."""
+        await self._wait_for_messages(timeout_millis)
+        out, count = [], 0
+        while self._entries and count < max_messages:
+            entry = self._entries.popleft()
+            if self._head_taken:  # some of it went out through receive()
+                entry, self._head_taken = entry.tail(self._head_taken), 0
+            out.append(entry)
+            count += len(entry)
+        last = out[-1]
+        self._last_dequeued = MessageId(last.ledger_id, last.entry_id, last.indexes[-1], last.partition, last.batch_size)
+        if self.ack_timeout_s is not None:
+            for entry in out:
+                for msg in entry.messages():
+                    self._track_unacked(msg)
+        self._delivered_since_flow += count
+        self._grant_permits()
         return out
 
     def _drop_queued(self) -> None:
-        """Forget what was queued but not received (the broker sends it again). The queue object stays the
-        same: a receive() already waiting on it must still get the next message."""
-        while not self._queue.empty():
-            self._queue.get_nowait()
+        """Forget what was queued but not received (the broker sends it again). A receive() already waiting
+        still gets the next message."""
+        self._entries.clear()
+        self._head_taken = 0
 
     def has_queued(self) -> bool:
-        return not self._queue.empty()
+        return bool(self._entries)
 
     # ---- acknowledging --------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 from . import pulsar_api_pb2 as pb
 from .errors import FrameTooLarge, ProtocolError
 from .frames import (Frame, FrameDecoder, encode_command, encode_payload_command,
-                     command, pack_batch, unpack_batch)
+                     command, pack_batch, split_batch, unpack_batch)
 
 __all__ = ["pb", "Frame", "FrameDecoder", "FrameTooLarge", "ProtocolError",
-           "encode_command", "encode_payload_command", "pack_batch", "unpack_batch", "command"]
+           "encode_command", "encode_payload_command", "pack_batch", "split_batch", "unpack_batch", "command"]
