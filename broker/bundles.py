@@ -91,6 +91,25 @@ class NamespaceBundles:
                                      f"{len(bundles)} ranges")
         return bundles
 
+    @classmethod
+    def requested(cls, doc, maximum: int) -> "NamespaceBundles":
+        """The bundles asked for when a namespace is created: Pulsar's BundlesData with boundaries, or with
+        ``numBundles`` alone for that many equal ranges (``pulsar-admin namespaces create --bundles N``)."""
+        if not isinstance(doc, dict):
+            raise InvalidBundleError(f"invalid bundles document {doc!r}: expected an object with numBundles "
+                                     "or boundaries")
+        if "boundaries" in doc:
+            bundles = cls.from_json(doc)
+        else:
+            count = doc.get("numBundles")
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise InvalidBundleError(f"invalid bundles document {doc!r}: numBundles must be a whole number")
+            bundles = cls.equal(count)
+        if len(bundles) > maximum:
+            raise InvalidBundleError(f"{len(bundles)} bundles asked for; a namespace may have at most {maximum} "
+                                     "(load_balancer_namespace_maximum_bundles)")
+        return bundles
+
     def to_json(self) -> dict:
         return {"boundaries": [_hex(b) for b in self.boundaries], "numBundles": len(self)}
 

@@ -115,8 +115,21 @@ class Resources:
         await self.get_tenant(tenant)
         return sorted(f"{tenant}/{ns}" for ns in await self._children(f"{POLICIES_ROOT}/{tenant}"))
 
-    async def create_namespace(self, ns: NamespaceName, policies: NamespacePolicies | None = None) -> None:
+    async def create_namespace(self, ns: NamespaceName, policies: NamespacePolicies | None = None,
+                               bundles: NamespaceBundles | None = None) -> None:
+        """Create the namespace; ``bundles`` (else the broker's default count) are stored first, so no lookup can
+        see the namespace with other bundles than those."""
         await self.get_tenant(ns.tenant)
+        if await self.namespace_exists(ns):
+            raise ConflictError(f"namespace {ns} already exists")
+        try:
+            await self.store.delete(self._local_path(ns))  # left by a namespace whose deletion stopped half-way
+        except NoNodeError:
+            pass
+        except MetadataError as exc:
+            raise BrokerMetadataError(f"clearing the bundles of {ns}: {exc}") from exc
+        if bundles is not None:
+            await self.write_namespace_bundles(ns, bundles, -1)
         await self._create(self._ns_path(ns), (policies or NamespacePolicies()).to_json(), f"namespace {ns} already exists")
 
     async def namespace_exists(self, ns: NamespaceName) -> bool:

@@ -13,7 +13,7 @@ import json
 
 from aiohttp import web
 
-from broker.bundles import SPLIT_ALGORITHMS, bundle_name, parse_bundle_name
+from broker.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.errors import (
     BrokerError, InvalidBundleError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError,
 )
@@ -140,7 +140,13 @@ async def list_namespaces(request):
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}")
 async def create_namespace(request):
     body = await _json(request, {}) or {}
-    await _service(request).resources.create_namespace(_ns(request), NamespacePolicies.from_json(body))
+    if not isinstance(body, dict):
+        raise BadRequest(f"namespace policies must be a JSON object, got {body!r}")
+    service = _service(request)
+    bundles = None
+    if body.get("bundles") is not None:
+        bundles = NamespaceBundles.requested(body["bundles"], service.config.load_balancer_namespace_maximum_bundles)
+    await service.resources.create_namespace(_ns(request), NamespacePolicies.from_json(body), bundles)
     return web.Response(status=204)
 
 

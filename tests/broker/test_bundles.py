@@ -99,3 +99,24 @@ def test_a_range_that_is_not_a_bundle_or_too_small_cannot_be_split():
 def test_inconsistent_stored_boundaries_are_refused(doc):
     with pytest.raises(InvalidBundleError):
         NamespaceBundles.from_json(doc)
+
+
+def test_bundles_requested_at_namespace_creation_by_count_or_boundaries():
+    assert NamespaceBundles.requested({"numBundles": 8}, maximum=128) == NamespaceBundles.equal(8)
+    given_bounds = {"boundaries": ["0x00000000", "0x10000000", "0xffffffff"], "numBundles": 2}
+    assert NamespaceBundles.requested(given_bounds, maximum=128).boundaries == (0, 0x10000000, HASH_SPACE)
+
+
+@pytest.mark.parametrize("doc, reason", [
+    ({"numBundles": 200}, "at most 128"),
+    ({"numBundles": 0}, "at least 1 bundle"),
+    ({"numBundles": "8"}, "whole number"),
+    ({"numBundles": True}, "whole number"),
+    ({}, "whole number"),
+    (8, "expected an object"),
+    ({"boundaries": ["0x00000000", "0x80000000"]}, "must rise strictly from 0x00000000 to 0xffffffff"),
+    ({"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 3}, "numBundles 3 but 1 ranges"),
+])
+def test_bad_bundle_requests_are_refused_naming_the_fault(doc, reason):
+    with pytest.raises(InvalidBundleError, match=reason):
+        NamespaceBundles.requested(doc, maximum=128)

@@ -28,6 +28,23 @@ def test_tenants_and_namespaces(standalone):
     assert call(standalone, "GET", "/admin/v2/tenants/acme")[0] == 404
 
 
+def test_a_namespace_is_created_with_the_bundles_asked_for(standalone, client):
+    assert call(standalone, "PUT", "/admin/v2/namespaces/public/eight", {"bundles": {"numBundles": 8}})[0] == 204
+    status, bundles = call(standalone, "GET", "/admin/v2/namespaces/public/eight/bundles")
+    assert status == 200 and bundles["numBundles"] == 8 and len(bundles["boundaries"]) == 9
+    topic = "persistent://public/eight/t"
+    consumer = client.subscribe(topic, "s")
+    client.create_producer(topic).send(b"in one of eight bundles")
+    assert payloads(receive_n(consumer, 1)) == [b"in one of eight bundles"]
+
+    status, body = call(standalone, "PUT", "/admin/v2/namespaces/public/too-many", {"bundles": {"numBundles": 1000}})
+    assert status == 412 and "at most 128" in body["reason"]
+    assert call(standalone, "GET", "/admin/v2/namespaces/public/too-many")[0] == 404  # refused means not created
+    status, body = call(standalone, "PUT", "/admin/v2/namespaces/public/eight", {"bundles": {"numBundles": 2}})
+    assert status == 409 and "already exists" in body["reason"]
+    assert call(standalone, "GET", "/admin/v2/namespaces/public/eight/bundles")[1]["numBundles"] == 8
+
+
 def test_namespace_limit_is_enforced_for_producers(standalone):
     call(standalone, "PUT", "/admin/v2/namespaces/public/limited")
     call(standalone, "POST", "/admin/v2/namespaces/public/limited/maxProducersPerTopic", 1)
@@ -48,6 +65,7 @@ def test_namespace_limit_is_enforced_for_producers(standalone):
     ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b'"three"', 400, "number of partitions"),
     ("PUT", "/admin/v2/persistent/public/default/p0/partitions", 0, None, 405, "at least 1 partition"),
     ("POST", "/admin/v2/namespaces/public/default/deduplication", "yes", None, 400, "bool"),
+    ("PUT", "/admin/v2/namespaces/public/listed", [1, 2], None, 400, "must be a JSON object"),
     ("GET", "/admin/v2/no-such-resource", None, None, 404, "no such path GET /admin/v2/no-such-resource"),
     ("GET", "/lookup/v2/topic/persistent/public/default/a/b", None, None, 404, "no such path"),
     ("DELETE", "/admin/v2/tenants", None, None, 405, "method not allowed on DELETE /admin/v2/tenants"),
