@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
-import sys
 import logging
+import sys
 import uuid
 
 from magnetar.compression import CompressionError, decompress
