@@ -89,6 +89,14 @@ class Dispatcher(abc.ABC):
     def wake(self) -> None:
         self._wakeup.set()
 
+    async def stop_for_reset(self) -> None:
+        """Stop the loop and forget what was queued for the old position (a seek); ``start()`` resumes."""
+        await self._stop_loop()
+        self.forget_queued()
+
+    def forget_queued(self) -> None:
+        self.redelivery.clear()
+
     # ---- consumers -------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
