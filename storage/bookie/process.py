@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -57,24 +58,29 @@ class BookieService:
                                        "the journal or ledger dir", registry=self.registry)
 
     @classmethod
-    async def start(cls, config: BookieConfig, *, store: MetadataStore | None = None) -> "BookieService":
-        """Start a bookie. Raises CookieMismatchError, MetadataError, OSError (port in use)."""
+    async def start(
+        cls, config: BookieConfig, *, store: MetadataStore | None = None, fsync: Callable[[int], None] | None = None
+    ) -> "BookieService":
+        """Start a bookie. Raises CookieMismatchError, MetadataError, OSError (port in use).
+
+        ``fsync`` replaces the journal's fdatasync (tests: ``storage.bookie.faults.JournalFaults``).
+        """
         service = cls(config)
         try:
-            await service._start(store)
+            await service._start(store, fsync)
         except BaseException:
             await service.stop()
             raise
         return service
 
-    async def _start(self, store: MetadataStore | None) -> None:
+    async def _start(self, store: MetadataStore | None, fsync: Callable[[int], None] | None) -> None:
         config = self.config
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.session_timeout_s)
             self._owns_store = True
         self.store = store
         await check_and_write_cookie(store, config)
-        self.bookie = await Bookie.open(config, registry=self.registry)
+        self.bookie = await Bookie.open(config, registry=self.registry, fsync=fsync)
         self.server = await BookieServer.start(self.bookie, store, config, self.registry)
         bookie = self.bookie
         self.disk_monitor = DiskMonitor(config, self._mode_changed, journal_error=lambda: bookie.journal_failed)
