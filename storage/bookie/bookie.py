@@ -14,7 +14,11 @@ How this works
   cache on the loop, so an acknowledged entry is immediately readable.
 * fence: the flag is set in memory at once (any add checked after this point
   fails) and the call returns once the FENCE record is fsynced, so a fence
-  survives a crash. Fencing a ledger the bookie has never seen creates its
+  survives a crash. The journal is FIFO, so by then every add queued before
+  the fence is durable and applied too: a fencing read never answers "no such
+  entry" for an add this bookie may still acknowledge. Fencing a fenced
+  ledger writes nothing; it waits for the first FENCE record if that is still
+  in the journal (recovery sends every read with the fence flag). Fencing a ledger the bookie has never seen creates its
   state: the recoverer may reach a bookie that received no entry.
 * checkpoint (every ``flush_interval_ms``, when the write cache fills, and on
   close): note the journal's ``synced_position``, swap the write cache out,
@@ -142,6 +146,7 @@ class Bookie:
         self._periodic: asyncio.Task | None = None
         self._closing = False
         self._lock_fds: list[int] = []
+        self._fences_in_flight: dict[int, asyncio.Future] = {}  # ledger -> its FENCE record, until durable
         self.replayed_records = 0
 
     @classmethod
@@ -253,14 +258,34 @@ class Bookie:
             raise
 
     async def fence(self, ledger_id: int, master_key: bytes) -> None:
-        """Fence a ledger; durable before returning. Raises UnauthorizedError."""
+        """Fence a ledger; returns once the fence is durable -- and with it
+        every add queued before the fence, so a read that follows sees each
+        add the old writer can still get acknowledged here.
+
+        Raises UnauthorizedError, BookieShuttingDownError, BookieInternalError
+        (journal failed).
+        """
         if self._closing:
             raise BookieShuttingDownError("bookie is shutting down")
+        if self._journal.failed is not None:
+            raise BookieInternalError(f"journal failed, cannot make a fence durable: {self._journal.failed}")
         state = self._state_for_write(ledger_id, master_key)
-        if not state.fenced:
-            state.fenced = True
-            self._storage.state_changed(ledger_id)
-        await self._journal.append(JournalRecord(FENCE, ledger_id))
+        if state.fenced:
+            # Adds checked after the flag went up were refused (recovery adds
+            # aside), so the first FENCE record is the barrier: wait for it if
+            # it is still in the journal; once durable there is nothing to wait for.
+            pending = self._fences_in_flight.get(ledger_id)
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
+        state.fenced = True
+        self._storage.state_changed(ledger_id)
+        pending = self._journal.append(JournalRecord(FENCE, ledger_id))
+        self._fences_in_flight[ledger_id] = pending
+        pending.add_done_callback(
+            lambda f: self._fences_in_flight.pop(ledger_id) if self._fences_in_flight.get(ledger_id) is f else None
+        )
+        await asyncio.shield(pending)
 
     def _state_for_write(self, ledger_id: int, master_key: bytes) -> LedgerState:
         """The ledger's state, created (with a journaled key) if new; checks the key."""
