@@ -27,8 +27,9 @@ How this works
   Everything the mark covers was applied before the swap, so it is all in
   the flushed snapshot (or in an earlier one).
 * open: load ledger states from the index, replay journal records after the
-  mark through the same apply function the live path uses, start a fresh
-  journal file, checkpoint.
+  mark through the same apply function the live path uses, judge any damage
+  replay found (journal_damage.py: refuse to start, or quarantine the file
+  and run read-only), start a fresh journal file, checkpoint.
 
 Threads: the event loop runs the rules and every in-memory structure; a
 single storage thread runs flushes, deletes and compaction (serialised, so
@@ -63,6 +64,7 @@ from storage.bookie.journal import (
     read_mark,
     write_mark,
 )
+from storage.bookie.journal_damage import DamageJudge, policy_only, settle_damage
 from storage.bookie.ledger_storage import FlushSnapshot, LedgerStorage, tree_size_bytes
 from storage.errors import (
     BookieInternalError,
@@ -148,6 +150,7 @@ class Bookie:
         self._lock_fds: list[int] = []
         self._fences_in_flight: dict[int, asyncio.Future] = {}  # ledger -> its FENCE record, until durable
         self.replayed_records = 0
+        self.journal_damage: str | None = None  # set while damaged journal files are quarantined
 
     @classmethod
     async def open(
@@ -157,11 +160,15 @@ class Bookie:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         fsync: Callable[[int], None] | None = None,
+        judge_damage: DamageJudge | None = None,
     ) -> "Bookie":
         """Create directories, open the index, replay the journal, checkpoint.
 
         ``clock`` drives group-commit decisions; ``fsync`` replaces the
         journal's fdatasync (tests hold it to prove acks wait for it).
+        ``judge_damage(damage, ledger_ids)`` decides what journal damage
+        means (BookieService checks ledger metadata); by default only the
+        configured policy counts. Raises BookieStartupError when it refuses.
         """
         registry = registry if registry is not None else CollectorRegistry()
         self = cls(config, registry, BookieMetrics(registry))
@@ -175,6 +182,11 @@ class Bookie:
             )
             self._mark = read_mark(config.journal_dir)
             self.replayed_records = await self._in_storage(self._replay)
+            # Before the journal starts: nothing has been deleted or written yet.
+            self.journal_damage = await settle_damage(
+                config.journal_dir, self._journal.damage, set(self._storage.states),
+                judge_damage or policy_only(config), self._in_storage,
+            )
             self._journal.start(self._loop, self._apply_durable, self._mark)
             await self.checkpoint()
         except BaseException:
@@ -338,6 +350,23 @@ class Bookie:
         if ledger_id in self._storage.states:
             self._storage.read_cache.put((ledger_id, entry_id), body)
         return body
+
+    async def fencing_read(self, ledger_id: int, entry_id: int, master_key: bytes) -> bytes:
+        """Fence, then read: recovery's way to tell "missing" from "not yet" (see ``fence``).
+
+        With quarantined journal damage the bookie may have lost acknowledged
+        entries, so "missing" becomes BookieInternalError (LAST_ENTRY answers
+        stay: a low tail only makes recovery read further).
+        """
+        await self.fence(ledger_id, master_key)
+        try:
+            return await self.read_entry(ledger_id, entry_id)
+        except (NoSuchEntryError, NoSuchLedgerError) as exc:
+            if self.journal_damage is None or entry_id == LAST_ENTRY:
+                raise
+            raise BookieInternalError(
+                f"cannot vouch that ledger {ledger_id} entry {entry_id} is missing: {self.journal_damage}"
+            ) from exc
 
     async def read_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
         """Consecutive entries from ``first``: stops at a missing entry, after
