@@ -201,7 +201,8 @@ async def test_recovery_read_waits_for_an_add_still_in_a_slow_bookies_journal(cl
     recovery = asyncio.ensure_future(reader_client.open_ledger(writer.ledger_id))
     await to_e0.reached  # e1 and e2 are fenced; recovery asks e0 for entry 9
     to_e0.release()
-    # Same connection, sent after it: once this is answered, e0 has taken the entry-9 read.
+    await asyncio.sleep(0)  # one loop turn: the release callback queues the read on e0's connection
+    # Queued behind it on the same connection: once this is answered, e0 has taken the entry-9 read.
     await reader_client.context.pool.read_lac(e0, writer.ledger_id)
     fsync.release()
 
