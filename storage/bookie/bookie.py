@@ -18,8 +18,9 @@ How this works
   the fence is durable and applied too: a fencing read never answers "no such
   entry" for an add this bookie may still acknowledge. Fencing a fenced
   ledger writes nothing; it waits for the first FENCE record if that is still
-  in the journal (recovery sends every read with the fence flag). Fencing a ledger the bookie has never seen creates its
-  state: the recoverer may reach a bookie that received no entry.
+  in the journal (recovery sends every read with the fence flag). Fencing a
+  ledger the bookie has never seen creates its state: the recoverer may reach
+  a bookie that received no entry.
 * checkpoint (every ``flush_interval_ms``, when the write cache fills, and on
   close): note the journal's ``synced_position``, swap the write cache out,
   flush it to entry log + index on the storage thread, then write the journal

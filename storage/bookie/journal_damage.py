@@ -9,7 +9,7 @@ stop means records written before the crash went bad after they were synced:
 entries this bookie acknowledged, fences and master keys may be gone. Then
 ``journal_verdict`` (pure, table-tested) picks one of:
 
-* REFUSE -- do not start, name the file and offset, change nothing on disk.
+* REFUSE -- do not start, name the file and offset, leave the journal as it is.
   Chosen when ``journal_corruption_policy = "refuse"``, or when some ledger
   this bookie holds (or that a readable record after the damage names) has
   ack quorum 1 and this bookie in an ensemble: an entry acknowledged by this
@@ -17,8 +17,8 @@ entries this bookie acknowledged, fences and master keys may be gone. Then
   (who may salvage the file) can decide to accept the loss.
 * READ_ONLY -- the default otherwise. Every acknowledged entry also sits on
   at least one other bookie (ack quorum >= 2), so autorecovery can replace
-  what was lost. The damaged files are moved into ``<journal_dir>/damaged/``
-  (kept for salvage, and no longer replayed or deleted by checkpoints); while
+  what was lost. The damaged files are copied into ``<journal_dir>/damaged/``
+  (kept for salvage; the originals go at the first checkpoint as usual); while
   that directory holds files the bookie stays read-only -- a lost FENCE
   record must not let the old writer's adds back in -- and answers a fencing
   read of an entry it lacks with an error instead of "no such entry": it can
@@ -34,8 +34,10 @@ read-only as above.
 from __future__ import annotations
 
 import enum
+import filecmp
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
@@ -95,7 +97,7 @@ def journal_verdict(damage: Iterable[JournalDamage], policy: str, unreplicated_l
 
 def _manual(lost: list[JournalDamage]) -> str:
     damaged = lost[0].path.parent / DAMAGED_DIR
-    return (f"Nothing was changed. Salvage what you can from the file; to start read-only anyway, "
+    return (f"The journal was left as it is. Salvage what you can from the file; to start read-only anyway, "
             f"accepting the loss, move it into {damaged}/.")
 
 
@@ -112,21 +114,34 @@ def quarantined_files(journal_dir: Path) -> list[str]:
 
 
 def quarantine(journal_dir: Path, damage: Iterable[JournalDamage]) -> list[Path]:
-    """Move the damaged journal files into ``damaged/`` (blocking; durable before returning)."""
+    """Copy the damaged journal files into ``damaged/`` (blocking; durable before returning).
+
+    A copy, not a move: the original still holds the proven prefix until the
+    start-up checkpoint has flushed it, and deletes the original as usual. A
+    crash in between replays the original again and reaches the same verdict.
+    """
     target = damaged_dir(journal_dir)
     target.mkdir(exist_ok=True)
-    moved = []
+    kept = []
     for d in damage:
         dest = target / d.path.name
         n = 1
-        while dest.exists():  # an earlier quarantine kept a file of the same name
-            dest = target / f"{d.path.name}.{n}"
+        while dest.exists() and not filecmp.cmp(dest, d.path, shallow=False):
+            dest = target / f"{d.path.name}.{n}"  # an earlier quarantine kept another file of this name
             n += 1
-        os.replace(d.path, dest)
-        moved.append(dest)
+        if not dest.exists():
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.copyfile(d.path, tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, dest)
+        kept.append(dest)
     fsync_dir(target)
     fsync_dir(Path(journal_dir))
-    return moved
+    return kept
 
 
 # (lost damage, ids of ledgers this bookie holds or the damage names) -> verdict
@@ -146,7 +161,7 @@ async def settle_damage(journal_dir: Path, damage: list[JournalDamage], ledger_i
                         judge: DamageJudge, run_blocking) -> str | None:
     """Apply the verdict at bookie start; returns why the bookie must stay read-only (None: it need not).
 
-    Raises BookieStartupError (nothing changed on disk) when the verdict is REFUSE.
+    Raises BookieStartupError (the journal left as it is) when the verdict is REFUSE.
     """
     lost = [d for d in damage if not d.torn_tail]
     if lost:
@@ -154,8 +169,8 @@ async def settle_damage(journal_dir: Path, damage: list[JournalDamage], ledger_i
         if verdict.action is Action.REFUSE:
             raise BookieStartupError(verdict.message)
         if verdict.action is Action.READ_ONLY:
-            moved = await run_blocking(quarantine, journal_dir, lost)
-            log.error("%s; moved %s aside", verdict.message, ", ".join(map(str, moved)))
+            kept = await run_blocking(quarantine, journal_dir, lost)
+            log.error("%s; kept a copy in %s", verdict.message, ", ".join(map(str, kept)))
     held = quarantined_files(journal_dir)
     if not held:
         return None

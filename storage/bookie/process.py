@@ -67,7 +67,8 @@ class BookieService:
     async def start(
         cls, config: BookieConfig, *, store: MetadataStore | None = None, fsync: Callable[[int], None] | None = None
     ) -> "BookieService":
-        """Start a bookie. Raises CookieMismatchError, MetadataError, OSError (port in use).
+        """Start a bookie. Raises CookieMismatchError, BookieStartupError (e.g. a damaged
+        journal, journal_damage.py), MetadataError, OSError (port in use).
 
         ``fsync`` replaces the journal's fdatasync (tests: ``storage.bookie.faults.JournalFaults``).
         """

@@ -19,7 +19,7 @@ from storage.bookie.journal import (
     journal_file_name,
     list_journal_files,
 )
-from storage.bookie.journal_damage import Action, journal_verdict
+from storage.bookie.journal_damage import Action, journal_verdict, quarantine
 from storage.bookie.process import BookieService
 from storage.errors import BookieInternalError, BookieReadOnlyError, BookieStartupError, NoSuchEntryError
 from storage.ledger_metadata import LedgerMetadata
@@ -62,6 +62,20 @@ def test_policy_is_checked():
         journal_verdict([damage()], "ignore", [])
     with pytest.raises(ValueError, match="journal_corruption_policy must be 'auto' or 'refuse'"):
         BookieConfig(metadata_store_url="mem://", data_dir=Path("/tmp/x"), journal_corruption_policy="x").validate()
+
+
+def test_quarantine_copies_once_and_keeps_a_different_file_of_the_same_name(tmp_path):
+    journal_dir = tmp_path / "journal"
+    journal_dir.mkdir()
+    path = journal_dir / "journal-3.log"
+    path.write_bytes(b"first")
+    found = damage(path=str(path))
+    # A crash after the copy and before the checkpoint replays the same file again.
+    assert quarantine(journal_dir, [found]) == quarantine(journal_dir, [found]) == [journal_dir / "damaged" / path.name]
+    path.write_bytes(b"second")  # a later damaged file that reuses the number
+    assert quarantine(journal_dir, [found]) == [journal_dir / "damaged" / "journal-3.log.1"]
+    assert sorted(f.name for f in (journal_dir / "damaged").iterdir()) == ["journal-3.log", "journal-3.log.1"]
+    assert path.read_bytes() == b"second"  # copied, not moved
 
 
 # ---- a real bookie (in process) on a damaged journal -----------------------------
@@ -111,13 +125,15 @@ async def test_auto_starts_read_only_quarantines_and_will_not_vouch_for_missing_
     config = config_for(tmp_path, flush_interval_ms=NEVER_MS)
     await write_then_crash(config, store, ack_quorum=2)
     path, offset = corrupt_entry_record(config.journal_dir, DAMAGED_ENTRY)
+    original = path.read_bytes()
 
     service = await BookieService.start(config, store=store)
     assert service.read_only
     assert await store.exists(paths.readonly_path(config.bookie_id)) is not None
     assert await store.exists(paths.available_path(config.bookie_id)) is None
     assert "lost records" in service.info()["state_reason"]
-    assert not path.exists() and (config.journal_dir / "damaged" / path.name).exists()
+    assert (config.journal_dir / "damaged" / path.name).read_bytes() == original
+    assert not path.exists()  # the start-up checkpoint flushed its proven prefix and removed it
     assert service.bookie.replayed_records == 1 + DAMAGED_ENTRY  # the master key and the entries before the damage
 
     conn = await Conn.open(service.port)
