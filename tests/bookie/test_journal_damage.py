@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 from storage import digest, protocol as p
 from storage.bookie.cli import EXIT_REFUSED
 from storage.bookie.config import BookieConfig
+from storage.bookie.disk_monitor import WRITABLE, decide_mode
 from storage.bookie.journal import (
     ADD,
     JournalDamage,
@@ -76,6 +79,16 @@ def test_quarantine_copies_once_and_keeps_a_different_file_of_the_same_name(tmp_
     assert quarantine(journal_dir, [found]) == [journal_dir / "damaged" / "journal-3.log.1"]
     assert sorted(f.name for f in (journal_dir / "damaged").iterdir()) == ["journal-3.log", "journal-3.log.1"]
     assert path.read_bytes() == b"second"  # copied, not moved
+
+
+def test_quarantined_damage_outranks_the_operator_override_but_not_a_failed_journal():
+    config = BookieConfig(metadata_store_url="mem://", data_dir=Path("/tmp/x"))
+    why = "journal files journal-3.log in /j/damaged lost records"
+    assert decide_mode(0.1, WRITABLE, config, forced=False, journal_damage=why).reason == why
+    assert decide_mode(0.1, WRITABLE, config, forced=False, journal_damage=why).read_only
+    failed = decide_mode(0.1, WRITABLE, config, journal_error=OSError("EIO"), journal_damage=why)
+    assert failed.read_only and failed.reason == "journal failed: EIO"
+    assert not decide_mode(0.1, WRITABLE, config, forced=False).read_only
 
 
 # ---- a real bookie (in process) on a damaged journal -----------------------------
@@ -199,14 +212,15 @@ async def test_a_torn_tail_is_truncated_and_the_bookie_starts_writable(tmp_path,
 # ---- `bookie start` as a real process --------------------------------------------
 
 
-async def test_bookie_start_on_a_corrupt_journal_exits_naming_file_and_offset_then_starts_read_only(tmp_path):
+async def damaged_bookie_dir(tmp_path, ack_quorum: int) -> tuple[BookieProcess, Path, int]:
+    """A bookie process that took ENTRIES adds to ledger 1 and was killed; one journal record then went bad."""
     url = f"file://{tmp_path / 'metadata'}"
     bookie = BookieProcess(url, tmp_path / "b0" / "data", zone="zone-a",
                            env={"MAGNETAR_BOOKIE_FLUSH_INTERVAL_MS": str(NEVER_MS)})
-    journal_dir = bookie.data_dir / "journal"
     store = await open_store(url)  # file:// allows one process at a time: only while the bookie is down
     try:
-        await store.create(paths.ledger_path(1), ledger(1, bookie.bookie_id, 1).to_bytes(), make_parents=True)
+        await store.create(paths.ledger_path(1), ledger(1, bookie.bookie_id, ack_quorum).to_bytes(),
+                           make_parents=True)
     finally:
         await store.close()
     try:
@@ -215,9 +229,22 @@ async def test_bookie_start_on_a_corrupt_journal_exits_naming_file_and_offset_th
         for e in range(ENTRIES):
             assert (await conn.request(add(e, 1, e, b"entry-%d" % e))).status == p.OK
         await conn.close()
+    finally:
         bookie.kill9()
-        path, offset = corrupt_entry_record(journal_dir, DAMAGED_ENTRY)
+    path, offset = corrupt_entry_record(bookie.data_dir / "journal", DAMAGED_ENTRY)
+    return bookie, path, offset
 
+
+def ready_mode(bookie: BookieProcess) -> str:
+    wait_until(lambda: " ready (" in bookie.log_path.read_text(errors="replace"), 30, "the ready line")
+    ready = [line for line in bookie.log_path.read_text(errors="replace").splitlines() if " ready (" in line]
+    return "read-only" if "; read-only;" in ready[-1] else "writable"
+
+
+async def test_bookie_start_on_a_corrupt_journal_exits_naming_file_and_offset_then_starts_read_only(tmp_path):
+    bookie, path, offset = await damaged_bookie_dir(tmp_path, ack_quorum=1)
+    journal_dir = path.parent
+    try:
         assert bookie.spawn().wait(60) == EXIT_REFUSED
         text = bookie.log_path.read_text(errors="replace")
         assert f"bookie: refusing to start: journal {path} is corrupt at offset {offset}" in text
@@ -227,10 +254,24 @@ async def test_bookie_start_on_a_corrupt_journal_exits_naming_file_and_offset_th
         (journal_dir / "damaged").mkdir()
         path.rename(journal_dir / "damaged" / path.name)
         bookie.start()
-        wait_until(lambda: " ready (" in bookie.log_path.read_text(errors="replace"), 30, "the ready line")
-        ready = [line for line in bookie.log_path.read_text(errors="replace").splitlines() if " ready (" in line]
-        assert "read-only" in ready[-1], ready[-1]
+        assert ready_mode(bookie) == "read-only"
         assert http_status(bookie.health_url) == 200
+        assert bookie.stop() == 0
+    finally:
+        bookie.kill9()
+
+
+async def test_bookie_start_on_a_corrupt_journal_with_replicated_ledgers_starts_read_only(tmp_path):
+    bookie, path, offset = await damaged_bookie_dir(tmp_path, ack_quorum=2)
+    try:
+        bookie.start()
+        assert ready_mode(bookie) == "read-only"
+        text = bookie.log_path.read_text(errors="replace")
+        assert f"journal {path} is corrupt at offset {offset}" in text and "starts read-only" in text
+        with urllib.request.urlopen(f"http://127.0.0.1:{bookie.http_port}/api/v1/bookie/info", timeout=10) as r:
+            info = json.loads(r.read())
+        assert info["state"] == "readonly" and "lost records" in info["state_reason"]
+        assert (path.parent / "damaged" / path.name).exists()
         assert bookie.stop() == 0
     finally:
         bookie.kill9()
