@@ -8,7 +8,10 @@ owns a bundle by creating the *ephemeral* node
 can succeed, so brokers racing for a bundle end with one owner. The node
 lives as long as the broker's metadata session: when the broker dies or is
 partitioned past the session timeout the node disappears and another broker
-may take the bundle. A broker that loses its session stops serving every
+may take the bundle. A broker proven dead sooner (broker/takeover.py: every
+advertised port refuses connections) loses the node at once, by a delete
+conditional on the version read from its session; an owner that finds its
+node deleted under a live session stops serving that bundle at once. A broker that loses its session stops serving every
 topic at once (the service unloads them); the new owner's managed-ledger open
 fences the old owner's ledgers, so nothing the old owner writes afterwards is
 ever read.
@@ -129,6 +132,7 @@ class Ownership:
         self._takeover_hold_s = takeover_hold_s
         self._lost_to_takeover_at: float | None = None
         self._owned_watches: dict[str, Watch] = {}  # tells us when another broker deletes an owned bundle's node
+        self._checks: set[asyncio.Task] = set()
         self._report_due = False
         self._reporting: asyncio.Task | None = None
         store.add_session_listener(self._session_changed)
@@ -377,7 +381,9 @@ class Ownership:
 
     def _owned_node_changed(self, event: WatchEvent) -> None:
         if event.path in self.owned and event.type in (EventType.DELETED, EventType.CHANGED):
-            asyncio.get_running_loop().create_task(self._check_still_ours(event.path))
+            task = asyncio.get_running_loop().create_task(self._check_still_ours(event.path))
+            self._checks.add(task)
+            task.add_done_callback(self._checks.discard)
 
     async def _check_still_ours(self, path: str) -> None:
         """Another broker deleted an owned bundle's node while our session lives (it judged us dead): stop serving

@@ -116,7 +116,7 @@ class BrokerService:
         owner = await self.ownership.owner_of(topic)
         if owner is not None and owner.broker_id == me:
             self.ownership.check_not_unloading(await self.ownership.path_of(topic))
-        if owner is not None and owner.broker_id != me:
+        if owner is not None and owner.broker_id != me and not await self.ownership.reachable(owner):
             # Killed: its node would live until its session expires. With proof of death it goes now (and the
             # bundle is placed afresh), rather than send the client to a dead address.
             if await self.ownership.free_if_owner_dead(await self.ownership.path_of(topic)):
