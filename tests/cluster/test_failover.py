@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -9,8 +10,9 @@ import pulsar
 from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig
-from broker.ownership import BROKERS_ROOT
-from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of
+from broker.bundles import NamespaceBundles
+from broker.ownership import BROKERS_ROOT, BrokerInfo, may_be_alive
+from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of, topics_in
 from tests.harness.processes import wait_until
 from tests.harness.zookeeper import four_letter
 from tests.official_client.support import distinct_in_order
@@ -73,3 +75,36 @@ def test_kill_9_of_the_owner_with_default_config_fails_over_long_before_the_sess
         assert distinct_in_order(consumer, production.total()) == production.acked[0]  # every acknowledged one, in order
     finally:
         client.close()
+
+
+def test_a_paused_broker_is_not_dead_by_probe_and_a_killed_one_is(start_brokers):
+    broker = start_brokers(1, default_session=True)[0]
+    info = BrokerInfo(f"127.0.0.1:{broker.port}", broker.service_url, broker.web_url)
+    assert asyncio.run(may_be_alive(info))
+    broker.pause()
+    try:
+        assert asyncio.run(may_be_alive(info))  # its kernel still accepts: it keeps its bundles until its session expires
+    finally:
+        broker.resume()
+    broker.kill9()
+    assert not asyncio.run(may_be_alive(info))
+
+
+def test_a_broker_restarted_after_kill_9_serves_its_previous_bundles_at_once(start_brokers):
+    brokers = start_brokers(2, default_session=True)
+    owner, other = brokers
+    bundles = NamespaceBundles.equal(4).ranges()
+    topics = [topics_in(bundle, 1, "restarted")[0] for bundle in bundles[:2]]
+    for topic in topics:
+        assert _lookup(owner, topic, authoritative=True) == owner.service_url  # the owner takes both bundles
+    owner.kill9()
+    owner.start(60)  # same address; its previous session, and that session's nodes, live on for 30 s
+    started = time.monotonic()
+    client = _client(other.service_url)
+    try:
+        for topic in topics:
+            client.create_producer(topic, send_timeout_millis=60_000).send(b"after the restart")
+            assert _lookup(other, topic) == owner.service_url  # it took its own bundles back, nobody else did
+    finally:
+        client.close()
+    assert time.monotonic() - started < 10, "the restarted broker waited for its previous session to expire"
