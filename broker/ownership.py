@@ -11,7 +11,8 @@ partitioned past the session timeout the node disappears and another broker
 may take the bundle. A broker proven dead sooner (broker/takeover.py: every
 advertised port refuses connections) loses the node at once, by a delete
 conditional on the version read from its session; an owner that finds its
-node deleted under a live session stops serving that bundle at once. A broker that loses its session stops serving every
+node deleted under a live session stops serving that bundle at once. A
+broker that loses its session stops serving every
 topic at once (the service unloads them); the new owner's managed-ledger open
 fences the old owner's ledgers, so nothing the old owner writes afterwards is
 ever read.
