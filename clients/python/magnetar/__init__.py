@@ -4,7 +4,8 @@
 the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
-from magnetar.asyncio.consumer import ConsumerType, DeadLetterPolicy, InitialPosition
+from magnetar.asyncio.consumer import ConsumerType, InitialPosition
+from magnetar.asyncio.dead_letter import DeadLetterPolicy
 from magnetar.asyncio.partitioned import PartitionsRoutingMode
 from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
 from magnetar.compression import CompressionType

@@ -127,6 +127,14 @@ class AlreadyClosed(MagnetarError):
     """The client, producer or consumer is closed."""
 
 
+class InvalidConfiguration(MagnetarError):
+    """An option, or a call the consumer or producer was not configured for (e.g. reconsume_later without retry)."""
+
+
+class InvalidMessage(MagnetarError):
+    """A message that cannot be handled as asked (e.g. a RECONSUMETIMES property that is not a count)."""
+
+
 class MessageTooBig(MagnetarError):
     """The message is larger than the broker's maximum message size."""
 

@@ -118,6 +118,11 @@ class Consumer(_Facade):
     def negative_acknowledge(self, msg) -> None:
         self._client._loop.call_soon_threadsafe(self._inner.negative_acknowledge, msg)
 
+    def reconsume_later(self, msg, delay, properties=None) -> None:
+        """Have ``msg`` delivered again after ``delay`` (a timedelta) through the retry-letter topic; needs
+        ``subscribe(..., retry_enable=True)``. Returns once the copy is stored and ``msg`` acknowledged."""
+        self._run(self._inner.reconsume_later(msg, delay, properties))
+
     def redeliver_unacknowledged_messages(self) -> None:
         self._run(self._inner.redeliver_unacknowledged_messages())
 

@@ -9,11 +9,13 @@ import random
 import uuid
 
 from magnetar.asyncio.connection import Connection
+from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPosition
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
 from magnetar.errors import (
-    AlreadyClosed, ConnectError, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound, for_code,
+    AlreadyClosed, ConnectError, InvalidConfiguration, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound,
+    for_code,
 )
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -124,27 +126,37 @@ class AsyncClient:
         self._handlers.append(wrapper)
         return wrapper
 
-    async def subscribe(self, topic, subscription_name: str, **options):
-        """A consumer of a topic, of every partition of a partitioned topic, or of a list of topics."""
+    async def subscribe(self, topic, subscription_name: str, *, retry_enable: bool = False, **options):
+        """A consumer of a topic, of every partition of a partitioned topic, or of a list of topics.
+
+        With ``retry_enable`` it also consumes the retry-letter topic (see ``asyncio/dead_letter.py``).
+        """
         if isinstance(topic, re.Pattern):
             topics = await self._topics_matching(topic)
             if not topics:
                 raise TopicNotFound(f"no topic matches {topic.pattern!r}")
             topic = topics
         topics = [topic] if isinstance(topic, str) else list(topic)
+        name = topic if isinstance(topic, str) else ",".join(topics)
+        if retry_enable:
+            if not topics:
+                raise InvalidConfiguration("retry_enable needs at least one topic")
+            policy = with_retry_defaults(options.get("dead_letter_policy"), topics[0], subscription_name)
+            options.update(dead_letter_policy=policy, retry_enable=True)
+            if policy.retry_letter_topic not in topics:
+                topic = topics = [*topics, policy.retry_letter_topic]
         expanded: list[tuple[str, int]] = []
         for name in topics:
             partitions = await self.get_partitions(name)
             expanded += [(f"{name}-partition-{i}", i) for i in range(partitions)] if partitions else [(name, -1)]
         consumers = []
-        for name, index in expanded:
-            consumer = AsyncConsumer(self, name, subscription_name, partition=index, **options)
+        for part, index in expanded:
+            consumer = AsyncConsumer(self, part, subscription_name, partition=index, **options)
             await self._start(consumer)
             consumers.append(consumer)
         if isinstance(topic, str) and len(expanded) == 1 and expanded[0][1] < 0:
             return consumers[0]
-        wrapper = MultiTopicsConsumer(topic if isinstance(topic, str) else ",".join(topics), consumers,
-                                      options.get("receiver_queue_size", 1000))
+        wrapper = MultiTopicsConsumer(name, consumers, options.get("receiver_queue_size", 1000))
         self._handlers.append(wrapper)
         return wrapper
 

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import enum
 import logging
 import sys
 import uuid
 
+from magnetar.asyncio import dead_letter
+from magnetar.asyncio.dead_letter import DeadLetterPolicy, LetterProducers
 from magnetar.compression import CompressionError, decompress
-from magnetar.errors import AlreadyClosed, MagnetarError, Timeout
+from magnetar.errors import AlreadyClosed, InvalidConfiguration, InvalidMessage, MagnetarError, Timeout
 from magnetar.message import Message, MessageId, ReceivedEntry
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import split_batch
@@ -40,17 +43,6 @@ class ConsumerType(enum.IntEnum):
     KeyShared = 3
 
 
-class DeadLetterPolicy:
-    """After ``max_redeliver_count`` redeliveries a message goes to ``dead_letter_topic``
-    (default ``<topic>-<subscription>-DLQ``) instead of coming back."""
-
-    def __init__(self, max_redeliver_count: int, dead_letter_topic: str | None = None):
-        if max_redeliver_count < 1:
-            raise ValueError("max_redeliver_count must be >= 1")
-        self.max_redeliver_count = max_redeliver_count
-        self.dead_letter_topic = dead_letter_topic
-
-
 class InitialPosition(enum.IntEnum):
     Latest = 0
     Earliest = 1
@@ -62,7 +54,8 @@ class AsyncConsumer:
                  negative_ack_redelivery_delay_ms: int = 60_000, durable: bool = True,
                  start_message_id: MessageId | None = None, start_message_id_inclusive: bool = False,
                  priority_level: int = 0, partition: int = -1, unacked_messages_timeout_ms: int | None = None,
-                 dead_letter_policy: "DeadLetterPolicy | None" = None, ack_group_time_ms: int = 100):
+                 dead_letter_policy: DeadLetterPolicy | None = None, ack_group_time_ms: int = 100,
+                 retry_enable: bool = False):
         self.client = client
         self._topic = topic
         self._subscription = subscription_name
@@ -77,8 +70,12 @@ class AsyncConsumer:
         self.priority_level = priority_level
         self.partition = partition
         self.ack_timeout_s = unacked_messages_timeout_ms / 1000 if unacked_messages_timeout_ms else None
+        if retry_enable and (dead_letter_policy is None or not dead_letter_policy.retry_letter_topic):
+            raise InvalidConfiguration("retry_enable needs a dead-letter policy naming the retry-letter topic "
+                                       "(Client.subscribe fills in the defaults)")
         self.dead_letter = dead_letter_policy
-        self._dlq_producer = None
+        self.retry_enable = retry_enable
+        self._letters = LetterProducers(client)
         self._unacked: dict[tuple, tuple[float, Message]] = {}  # (ledger, entry, index) -> (received at, message)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._chunks: dict[str, list] = {}  # uuid -> [(payload, ledger, entry)] of a chunked message in progress
@@ -338,18 +335,48 @@ class AsyncConsumer:
                 consumer_id=self.consumer_id, message_ids=[pb.MessageIdData(ledgerId=l, entryId=e) for l, e in ids]))
 
     async def _to_dead_letter(self, msg: Message) -> None:
-        topic = self.dead_letter.dead_letter_topic or f"{self._topic}-{self._subscription}-DLQ"
+        topic = dead_letter.dead_letter_topic(self.dead_letter, self._topic, self._subscription)
         try:
-            if self._dlq_producer is None:
-                self._dlq_producer = await self.client.create_producer(topic)
-            props = dict(msg.properties())
-            props.setdefault("REAL_TOPIC", self._topic)
-            props.setdefault("ORIGIN_MESSAGE_ID", str(msg.message_id()))
-            await self._dlq_producer.send(msg.data(), properties=props, partition_key=msg.partition_key() or None)
+            props = dead_letter.origin_properties(msg.properties(), self._topic, str(msg.message_id()))
+            await self._letters.send(topic, msg, props)
             await self.acknowledge(msg)
         except MagnetarError as exc:
             log.warning("consumer %s: moving %s to %s failed (%s); it will be redelivered", self._name,
                         msg.message_id(), topic, exc)
+
+    async def reconsume_later(self, msg: Message, delay: datetime.timedelta,
+                              properties: dict[str, str] | None = None) -> None:
+        """Have ``msg`` delivered again after ``delay``, through the retry-letter topic (see dead_letter.py);
+        past the policy's ``max_redeliver_count`` reconsumes it goes to the dead-letter topic instead.
+        The original is acknowledged once the copy is stored.
+
+        Raises InvalidConfiguration unless subscribed with ``retry_enable=True``, ValueError for a delay that
+        is not a non-negative timedelta, InvalidMessage when ``msg`` carries a malformed RECONSUMETIMES. When
+        publishing fails the error is raised and ``msg`` is redelivered.
+        """
+        if self.closed:
+            raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        if not self.retry_enable:
+            raise InvalidConfiguration(f"reconsume_later needs subscribe(..., retry_enable=True) ({self._topic})")
+        if not isinstance(delay, datetime.timedelta) or delay < datetime.timedelta(0):
+            raise ValueError(f"delay must be a non-negative datetime.timedelta, got {delay!r}")
+        delay_ms = int(delay.total_seconds() * 1000)
+        try:
+            props, times = dead_letter.reconsume_properties(msg.properties(), self._topic, str(msg.message_id()),
+                                                            delay_ms, properties)
+        except ValueError as exc:
+            raise InvalidMessage(str(exc)) from exc
+        policy = self.dead_letter
+        try:
+            if dead_letter.reconsume_goes_to_dead_letter(times, policy):
+                await self._letters.send(policy.dead_letter_topic, msg, props)
+            else:
+                await self._letters.send(policy.retry_letter_topic, msg, props, delay_ms)
+        except MagnetarError:
+            self._unacked.pop(msg.message_id()._key(), None)
+            self._redeliver([msg])
+            raise
+        await self.acknowledge(msg)
 
     async def acknowledge(self, msg_or_id) -> None:
         mid = self._id_of(msg_or_id)
@@ -482,8 +509,7 @@ class AsyncConsumer:
                 pending.cancel()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
-        if self._dlq_producer is not None:
-            await self._dlq_producer.close()
+        await self._letters.close()
         conn = self.conn
         if conn is not None and not conn.closed and conn.consumers.pop(self.consumer_id, None) is not None:
             try:
@@ -527,4 +553,4 @@ def _acked_indexes(ack_set, size: int) -> set[int]:
     return set(range(size)) - remaining
 
 
-__all__ = ["AsyncConsumer", "ConsumerType", "InitialPosition", "Timeout"]
+__all__ = ["AsyncConsumer", "ConsumerType", "DeadLetterPolicy", "InitialPosition", "Timeout"]

@@ -113,6 +113,9 @@ class MultiTopicsConsumer:
     def negative_acknowledge(self, msg) -> None:
         self._owner(msg).negative_acknowledge(msg)
 
+    async def reconsume_later(self, msg, delay, properties=None) -> None:
+        await self._owner(msg).reconsume_later(msg, delay, properties)
+
     async def redeliver_unacknowledged_messages(self) -> None:
         await asyncio.gather(*(c.redeliver_unacknowledged_messages() for c in self.consumers))
 
