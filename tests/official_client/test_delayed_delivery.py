@@ -63,51 +63,64 @@ def _backlog(broker, topic, sub) -> int:
         return json.loads(resp.read())["subscriptions"][sub]["msgBacklog"]
 
 
-def _held_then_killed(broker, client, topic, delay_ms):
-    """A Shared consumer with one delayed message held by the broker (and one plain message delivered and
-    acknowledged), then a kill -9 of the broker. Returns (consumer, deliver_at)."""
-    consumer = client.subscribe(topic, "held", consumer_type=pulsar.ConsumerType.Shared)
+def _held_then_killed(broker, client, topic, sub_type, delays_ms):
+    """A consumer with delayed messages held by the broker (and one plain message delivered and acknowledged),
+    then a kill -9 of the broker. Returns (consumer, {payload: deliver_at})."""
+    consumer = client.subscribe(topic, "held", consumer_type=sub_type)
     producer = client.create_producer(topic, batching_enabled=False)
-    deliver_at = now_ms() + delay_ms
-    producer.send(b"later", deliver_at=deliver_at)
-    producer.send(b"now")
+    base = now_ms()
+    due = {f"later-{i}".encode(): base + delay for i, delay in enumerate(delays_ms)}
+    for i, (payload, deliver_at) in enumerate(due.items()):
+        producer.send(payload, deliver_at=deliver_at, partition_key=f"k{i % 3}")
+    producer.send(b"now", partition_key="k0")
     assert [m.data() for m in receive_n(consumer, 1)] == [b"now"]
-    wait_until(lambda: _backlog(broker, topic, "held") == 1, 10, "the broker to apply the ack of 'now'")
-    assert now_ms() < deliver_at, "the delayed message was due before the broker was killed: test too slow"
+    wait_until(lambda: _backlog(broker, topic, "held") == len(due), 10, "the broker to apply the ack of 'now'")
+    assert now_ms() < min(due.values()), "a delayed message was due before the broker was killed: test too slow"
     broker.kill9()
-    return consumer, deliver_at
+    return consumer, due
 
 
-def test_a_held_message_is_delivered_on_time_after_a_kill9(start_standalone, topic):
+SHARED_TYPES = pytest.mark.parametrize("sub_type", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared],
+                                       ids=["Shared", "KeyShared"])
+
+
+@SHARED_TYPES
+def test_held_messages_are_delivered_on_time_after_a_kill9(start_standalone, topic, sub_type):
     broker = start_standalone()
     client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
-        consumer, deliver_at = _held_then_killed(broker, client, topic, delay_ms=8000)
+        # Due in reverse order of publication: the rebuilt tracker must order them by time, not position.
+        consumer, due = _held_then_killed(broker, client, topic, sub_type, [8000 + 300 * i for i in range(6, 0, -1)])
         broker.start(timeout_s=60)  # same data dir and ports
         wait_until(consumer.is_connected, 20, "the consumer to resubscribe")
-        assert now_ms() < deliver_at - 1000, "the restart took too long for this test to mean anything"
-        msg, at = receive_timed(consumer, timeout_s=30)
-        assert msg.data() == b"later"
-        assert deliver_at <= at <= deliver_at + LATE_MS, f"delivered {at - deliver_at} ms after its time"
-        consumer.acknowledge(msg)
+        assert now_ms() < min(due.values()) - 1000, "the restart took too long for this test to mean anything"
+        arrivals = []
+        for _ in due:
+            msg, at = receive_timed(consumer, timeout_s=30)
+            consumer.acknowledge(msg)
+            arrivals.append((msg.data(), at))
+        assert sorted(p for p, _ in arrivals) == sorted(due)
+        for payload, at in arrivals:
+            assert due[payload] <= at <= due[payload] + LATE_MS, f"{payload!r} arrived {at - due[payload]} ms off"
         assert_nothing_more(consumer)
     finally:
         client.close()
 
 
-def test_a_message_that_fell_due_while_the_broker_was_down_comes_promptly(start_standalone, topic):
+@SHARED_TYPES
+def test_a_message_that_fell_due_while_the_broker_was_down_comes_promptly(start_standalone, topic, sub_type):
     broker = start_standalone()
     client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
-        consumer, deliver_at = _held_then_killed(broker, client, topic, delay_ms=1500)
-        wait_until(lambda: now_ms() > deliver_at + 500, 10, "the message to fall due while the broker is down")
+        consumer, due = _held_then_killed(broker, client, topic, sub_type, [1500])
+        wait_until(lambda: now_ms() > due[b"later-0"] + 500, 10, "the message to fall due while the broker is down")
         broker.start(timeout_s=60)
         wait_until(consumer.is_connected, 20, "the consumer to resubscribe")
         connected_at = now_ms()
         msg, at = receive_timed(consumer, timeout_s=30)
-        assert msg.data() == b"later"
+        assert msg.data() == b"later-0"
         assert at - connected_at <= LATE_MS, f"delivered {at - connected_at} ms after the consumer came back"
         consumer.acknowledge(msg)
         assert_nothing_more(consumer)
