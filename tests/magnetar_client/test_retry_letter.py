@@ -24,24 +24,33 @@ from tests.official_client.support import assert_nothing_more, receive_n
 
 
 @pytest.mark.parametrize("props, custom, expect_times, expect", [
-    ({}, None, 1, {"REAL_TOPIC": "persistent://t/n/a", "ORIGIN_MESSAGE_ID": "(1,2,-1,-1)", "RECONSUMETIMES": "1",
+    ({}, None, 1, {"REAL_TOPIC": "persistent://t/n/a", "ORIGIN_MESSAGE_ID": "1:2:-1", "RECONSUMETIMES": "1",
                    "DELAY_TIME": "500"}),
-    ({"k": "v", "RECONSUMETIMES": "3", "REAL_TOPIC": "persistent://t/n/first", "ORIGIN_MESSAGE_ID": "(9,9,-1,-1)"},
-     None, 4, {"k": "v", "REAL_TOPIC": "persistent://t/n/first", "ORIGIN_MESSAGE_ID": "(9,9,-1,-1)",
+    ({"k": "v", "RECONSUMETIMES": "3", "REAL_TOPIC": "persistent://t/n/first", "ORIGIN_MESSAGE_ID": "9:9:-1"},
+     None, 4, {"k": "v", "REAL_TOPIC": "persistent://t/n/first", "ORIGIN_MESSAGE_ID": "9:9:-1",
                "RECONSUMETIMES": "4", "DELAY_TIME": "500"}),
     ({"k": "v"}, {"k": "w", "RECONSUMETIMES": "7", "n": 5}, 8,  # custom properties go over the message's;
-     {"k": "w", "n": "5", "REAL_TOPIC": "persistent://t/n/a", "ORIGIN_MESSAGE_ID": "(1,2,-1,-1)",
+     {"k": "w", "n": "5", "REAL_TOPIC": "persistent://t/n/a", "ORIGIN_MESSAGE_ID": "1:2:-1",
       "RECONSUMETIMES": "8", "DELAY_TIME": "500"}),  # a custom RECONSUMETIMES counts as the previous one (as Java)
 ])
 def test_reconsume_properties(props, custom, expect_times, expect):
-    out, times = dl.reconsume_properties(props, "persistent://t/n/a-partition-3", "(1,2,-1,-1)", 500, custom)
+    out, times = dl.reconsume_properties(props, "persistent://t/n/a-partition-3", "1:2:-1", 500, custom)
     assert (out, times) == (expect, expect_times)
+
+
+@pytest.mark.parametrize("mid, text", [
+    (magnetar.MessageId(7, 3), "7:3:-1"),
+    (magnetar.MessageId(7, 3, partition=2), "7:3:2"),
+    (magnetar.MessageId(7, 3, batch_index=4, partition=2, batch_size=10), "7:3:2:4"),
+])
+def test_origin_message_id_reads_as_the_java_client_writes_it(mid, text):
+    assert dl.origin_message_id(mid) == text
 
 
 @pytest.mark.parametrize("bad", ["x", "-1", "1.5", ""])
 def test_a_malformed_reconsume_count_is_refused(bad):
     with pytest.raises(ValueError, match="RECONSUMETIMES"):
-        dl.reconsume_properties({"RECONSUMETIMES": bad}, "persistent://t/n/a", "(1,2,-1,-1)", 0)
+        dl.reconsume_properties({"RECONSUMETIMES": bad}, "persistent://t/n/a", "1:2:-1", 0)
 
 
 @pytest.mark.parametrize("policy, expect", [
@@ -96,7 +105,7 @@ def test_reconsume_later_goes_through_the_retry_topic_then_the_dead_letter_topic
     dlq_watch = pclient.subscribe(dlq, "watch")
     consumer = mclient.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, retry_enable=True,
                                  dead_letter_policy=magnetar.DeadLetterPolicy(2))
-    producer = mclient.create_producer(topic)
+    producer = pclient.create_producer(topic)  # batched: the origin id carries a batch index
     origin = producer.send(b"job", properties={"p": "1"}, partition_key="k1")
 
     msg = receive_n(consumer, 1, ack=False)[0]
@@ -113,14 +122,15 @@ def test_reconsume_later_goes_through_the_retry_topic_then_the_dead_letter_topic
         for m in (watched, msg):
             assert m.data() == b"job" and m.partition_key() == "k1"
             assert m.properties() == {"p": "1", "why": f"try {times}", "RECONSUMETIMES": str(times),
-                                      "DELAY_TIME": "1500", "REAL_TOPIC": topic, "ORIGIN_MESSAGE_ID": str(origin)}
+                                      "DELAY_TIME": "1500", "REAL_TOPIC": topic,
+                                      "ORIGIN_MESSAGE_ID": dl.origin_message_id(origin)}
         assert msg.topic_name() == retry_topic
         received.append(msg)
     consumer.reconsume_later(msg, timedelta(milliseconds=1500))  # the third: past max_redeliver_count
     dead = receive_n(dlq_watch, 1)[0]
     assert dead.data() == b"job" and dead.partition_key() == "k1"
     assert dead.properties()["RECONSUMETIMES"] == "3" and dead.properties()["REAL_TOPIC"] == topic
-    assert dead.properties()["ORIGIN_MESSAGE_ID"] == str(origin)
+    assert dead.properties()["ORIGIN_MESSAGE_ID"] == dl.origin_message_id(origin)
     assert_nothing_more(consumer, within_ms=2500)  # nothing more on the topic nor on the retry topic
     assert_nothing_more(retry_watch, within_ms=100)
     # Every reconsumed message was acknowledged where it came from (acks travel in groups: wait for them).

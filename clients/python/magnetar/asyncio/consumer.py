@@ -337,7 +337,7 @@ class AsyncConsumer:
     async def _to_dead_letter(self, msg: Message) -> None:
         topic = dead_letter.dead_letter_topic(self.dead_letter, self._topic, self._subscription)
         try:
-            props = dead_letter.origin_properties(msg.properties(), self._topic, str(msg.message_id()))
+            props = dead_letter.origin_properties(msg.properties(), self._topic, dead_letter.origin_message_id(msg.message_id()))
             await self._letters.send(topic, msg, props)
             await self.acknowledge(msg)
         except MagnetarError as exc:
@@ -362,7 +362,7 @@ class AsyncConsumer:
             raise ValueError(f"delay must be a non-negative datetime.timedelta, got {delay!r}")
         delay_ms = int(delay.total_seconds() * 1000)
         try:
-            props, times = dead_letter.reconsume_properties(msg.properties(), self._topic, str(msg.message_id()),
+            props, times = dead_letter.reconsume_properties(msg.properties(), self._topic, dead_letter.origin_message_id(msg.message_id()),
                                                             delay_ms, properties)
         except ValueError as exc:
             raise InvalidMessage(str(exc)) from exc

@@ -13,7 +13,7 @@ publishes a copy of ``msg`` to the retry-letter topic with ``deliver_after=delay
 (so the broker holds it: Shared and Key_Shared subscriptions only, as for any
 delayed message) and the properties ``RECONSUMETIMES`` (1, 2, ...),
 ``DELAY_TIME`` (ms), ``REAL_TOPIC`` and ``ORIGIN_MESSAGE_ID`` (both kept from
-the first time), then acknowledges the original. The copy that would make
+the first time; the id in the Java client's ``ledger:entry:partition[:batch]`` form), then acknowledges the original. The copy that would make
 ``RECONSUMETIMES`` exceed ``max_redeliver_count`` goes to the dead-letter topic
 instead, without delay.
 
@@ -75,6 +75,13 @@ def with_retry_defaults(policy: DeadLetterPolicy | None, topic: str, subscriptio
 
 def dead_letter_topic(policy: DeadLetterPolicy, topic: str, subscription: str) -> str:
     return policy.dead_letter_topic or f"{topic}-{subscription}{DLQ_SUFFIX}"
+
+
+def origin_message_id(mid) -> str:
+    """``ORIGIN_MESSAGE_ID`` as the Java client writes it (its MessageId's toString): ``ledger:entry:partition``,
+    with ``:batchIndex`` for a message of a batch; what a Java consumer of these topics expects to see."""
+    text = f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}"
+    return f"{text}:{mid.batch_index()}" if mid.batch_index() >= 0 else text
 
 
 def origin_properties(properties: dict[str, str], topic: str, message_id: str) -> dict[str, str]:
