@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+import uuid
 from datetime import timedelta
 
 import pulsar
@@ -18,7 +19,7 @@ import pytest
 import magnetar
 from magnetar.asyncio import dead_letter as dl
 from tests.harness.processes import wait_until
-from tests.official_client.support import assert_nothing_more, receive_n
+from tests.official_client.support import admin_call, assert_nothing_more, receive_n
 
 # ---- pure rules ----------------------------------------------------------------------------------------
 
@@ -160,3 +161,37 @@ def test_reconsume_later_needs_retry_enabled_and_a_valid_delay(mclient, topic):
     for bad in (timedelta(seconds=-1), 1000, None):
         with pytest.raises(ValueError, match="delay"):
             retrying.reconsume_later(msg, bad)
+
+
+def test_reconsume_later_on_a_partitioned_topic_names_the_topic_not_the_partition(mclient, pclient, standalone, topic):
+    name = topic.split("://", 1)[1]
+    assert admin_call(standalone, "PUT", f"/admin/v2/persistent/{name}/partitions", 2)[0] == 204
+    consumer = mclient.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, retry_enable=True)
+    producer = pclient.create_producer(topic, batching_enabled=False)
+    for i in range(4):
+        producer.send(f"{i}".encode())
+    first = receive_n(consumer, 4, ack=False)
+    for msg in first:
+        consumer.reconsume_later(msg, timedelta(0))
+    again = receive_n(consumer, 4)
+    assert sorted(m.data() for m in again) == [b"0", b"1", b"2", b"3"]
+    assert {m.properties()["REAL_TOPIC"] for m in again} == {topic}
+    assert {m.topic_name() for m in again} == {f"{topic}-s-RETRY"}
+    for i in range(2):  # each partition's consumer acknowledged its own messages
+        wait_until(lambda: _backlog(standalone, f"{topic}-partition-{i}", "s") == 0, 10, f"partition {i} to drain")
+
+
+def test_a_failed_reconsume_raises_and_redelivers_the_message(mclient, pclient, standalone, topic):
+    ns = f"public/rl-{uuid.uuid4().hex[:8]}"
+    admin_call(standalone, "PUT", f"/admin/v2/namespaces/{ns}")
+    admin_call(standalone, "POST", f"/admin/v2/namespaces/{ns}/maxProducersPerTopic", 1)
+    retry_topic = f"persistent://{ns}/retry"
+    pclient.create_producer(retry_topic)  # takes the topic's only producer slot
+    consumer = mclient.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, retry_enable=True,
+                                 dead_letter_policy=magnetar.DeadLetterPolicy(5, retry_letter_topic=retry_topic))
+    mclient.create_producer(topic).send(b"x")
+    msg = receive_n(consumer, 1, ack=False)[0]
+    with pytest.raises(magnetar.ProducerBusy):
+        consumer.reconsume_later(msg, timedelta(seconds=1))
+    again = receive_n(consumer, 1)[0]  # redelivered at once, not acknowledged
+    assert again.data() == b"x" and again.redelivery_count() == 1 and again.topic_name() == topic
