@@ -47,8 +47,9 @@ def receive_timed(consumer, timeout_s: float = 20.0, skip: bytes | None = None):
 ])
 def test_deliver_at_is_honoured_on_shared_subscriptions_only(any_client, api, topic, sub_type, delayed):
     consumer = any_client.subscribe(topic, "at", consumer_type=getattr(api.ConsumerType, sub_type))
-    producer = any_client.create_producer(topic, batching_enabled=False)
-    deliver_at = now_ms() + 2000
+    # A batching producer: both clients send a message with a deliver-at time outside any batch.
+    producer = any_client.create_producer(topic, batching_enabled=True)
+    deliver_at = now_ms() + 3000
     producer.send(b"later", deliver_at=deliver_at)
     producer.send(b"now")
     first, first_at = receive_timed(consumer)
