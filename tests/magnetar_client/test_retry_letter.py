@@ -8,6 +8,7 @@ reading what magnetar's ``reconsume_later`` wrote: the retry-letter topic with i
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 import uuid
@@ -195,3 +196,8 @@ def test_a_failed_reconsume_raises_and_redelivers_the_message(mclient, pclient, 
         consumer.reconsume_later(msg, timedelta(seconds=1))
     again = receive_n(consumer, 1)[0]  # redelivered at once, not acknowledged
     assert again.data() == b"x" and again.redelivery_count() == 1 and again.topic_name() == topic
+
+
+def test_retry_on_a_topics_pattern_needs_a_named_retry_topic(mclient):
+    with pytest.raises(magnetar.InvalidConfiguration, match="retry_letter_topic"):
+        mclient.subscribe(re.compile("persistent://public/default/none-.*"), "s", retry_enable=True)

@@ -132,6 +132,10 @@ class AsyncClient:
         With ``retry_enable`` it also consumes the retry-letter topic (see ``asyncio/dead_letter.py``).
         """
         if isinstance(topic, re.Pattern):
+            named = options.get("dead_letter_policy")
+            if retry_enable and (named is None or not named.retry_letter_topic):
+                raise InvalidConfiguration("retry_enable on a topics pattern needs the dead-letter policy's "
+                                           "retry_letter_topic (there is no first topic to name it after)")
             topics = await self._topics_matching(topic)
             if not topics:
                 raise TopicNotFound(f"no topic matches {topic.pattern!r}")
