@@ -9,7 +9,8 @@ still ahead it hands the position here instead of to a consumer. When the
 time comes, ``due()`` returns the positions, lowest first, and the dispatcher
 puts them in its replay queue. The tracker is in memory; held messages are
 unacknowledged, so after a broker restart the cursor reads them again and
-they are held again. Time comes from the injected ``clock`` (milliseconds).
+they are held again (tests/official_client/test_delayed_delivery.py checks
+this across a kill -9). Time comes from the injected ``clock`` (milliseconds).
 
 ``tick_ms`` is Pulsar's ``delayedDeliveryTickTimeMillis`` with
 ``delayedDeliveryDeliverAtTimeStrict=false``: a message due within one tick
