@@ -143,6 +143,7 @@ def test_reconsume_later_goes_through_the_retry_topic_then_the_dead_letter_topic
 def test_retry_enable_without_a_policy_uses_the_default_names(mclient, pclient, topic):
     retry_watch = pclient.subscribe(f"{topic}-sub-RETRY", "watch", consumer_type=pulsar.ConsumerType.Shared)
     consumer = mclient.subscribe(topic, "sub", consumer_type=magnetar.ConsumerType.Shared, retry_enable=True)
+    assert consumer.topic() == topic  # the topic subscribed to, not the retry-letter topic beside it
     mclient.create_producer(topic).send(b"x")
     msg = receive_n(consumer, 1, ack=False)[0]
     consumer.reconsume_later(msg, timedelta(0))

@@ -9,8 +9,8 @@ import random
 import uuid
 
 from magnetar.asyncio.connection import Connection
-from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPosition
+from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
 from magnetar.errors import (
@@ -150,9 +150,9 @@ class AsyncClient:
             if policy.retry_letter_topic not in topics:
                 topic = topics = [*topics, policy.retry_letter_topic]
         expanded: list[tuple[str, int]] = []
-        for name in topics:
-            partitions = await self.get_partitions(name)
-            expanded += [(f"{name}-partition-{i}", i) for i in range(partitions)] if partitions else [(name, -1)]
+        for each in topics:
+            partitions = await self.get_partitions(each)
+            expanded += [(f"{each}-partition-{i}", i) for i in range(partitions)] if partitions else [(each, -1)]
         consumers = []
         for part, index in expanded:
             consumer = AsyncConsumer(self, part, subscription_name, partition=index, **options)
