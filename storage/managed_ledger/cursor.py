@@ -101,6 +101,13 @@ class ManagedCursor:
                     state, from_ledger = latest, True
             except NoSuchLedgerError:
                 log.warning("cursor %s of %s: its ledger %d is gone; using the snapshot", name, ml.name, ledger_id)
+        try:
+            # Rewriting the node moves its version on: a previous owner still running cannot point it at a
+            # cursor ledger of its own any more (its conditional write fails and fences it).
+            stat = await ml.store.set(ml.cursor_path(name), data, stat.version)
+        except (BadVersionError, NoNodeError) as exc:
+            ml.fence(exc)
+            raise ManagedLedgerFencedError(f"cursor {name} of {ml.name} changed while it was restored") from exc
         if not from_ledger and not snapshot_is_complete(doc["state"]):
             log.warning("cursor %s of %s: only the mark-delete position could be restored; entries acknowledged "
                         "individually after it will be delivered again", name, ml.name)
@@ -175,7 +182,7 @@ class ManagedCursor:
         hooks = self.ml.factory.hooks
         try:
             for index, chunk in enumerate(chunks):
-                await hooks.before_cursor_chunk(self, index, len(chunks))
+                await hooks.before_cursor_chunk(self, ledger.ledger_id, index, len(chunks))
                 await ledger.add_entry(chunk)
         except BaseException:
             if ledger is self._ledger:
@@ -195,6 +202,7 @@ class ManagedCursor:
             stat = await self.ml.store.set(self.ml.cursor_path(self.name), self._snapshot(new.ledger_id, snapshot), self._node_version)
         except (BadVersionError, NoNodeError) as exc:
             self.ml.fence(exc)
+            await self._discard_ledger(new)
             raise ManagedLedgerFencedError(f"cursor {self.name} of {self.ml.name} changed under us") from exc
         self._node_version = stat.version
         old, self._ledger = self._ledger, new
