@@ -144,3 +144,15 @@ def test_behaves_like_a_set_of_positions(ops):
                         want.append([e, e + 1])
             assert [list(r) for r in acks.unacked_runs(ledger_id, 0, 50)] == want
     check(acks, model)
+
+
+@pytest.mark.parametrize("positions, expected", [
+    ([(1, 0), (1, 2), (1, 20)], [(1, 0), (1, 1), (1, 2), (1, 20)]),  # a gap of 17 > 16 stays
+    ([(1, 0), (2, 1)], [(1, 0), (2, 1)]),  # never across ledgers
+    ([], []),
+])
+def test_reads_fill_small_gaps_between_wanted_entries(positions, expected):
+    from storage.managed_ledger.cursor import fill_small_gaps
+    from storage.managed_ledger.position import Position
+
+    assert fill_small_gaps([Position(*p) for p in positions], 16) == [Position(*p) for p in expected]
