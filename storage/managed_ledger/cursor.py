@@ -267,12 +267,18 @@ class ManagedCursor:
         return self._persisted()
 
     def delete(self, positions) -> asyncio.Future:
-        """Individual acks: each position is consumed; runs next to the mark-delete position collapse into it."""
+        """Individual acks: each position is consumed; runs next to the mark-delete position collapse into it.
+
+        Positions come from clients: one that does not exist is ignored (it would count as acked forever).
+        """
         self._check()
         last = self.ml.last_confirmed_entry
+        sizes: dict[int, int] = {}  # entries per ledger, looked up once per call
         for p in positions:
             p = Position(*p)
-            if self.mark_delete_position < p <= last and self._exists(p):
+            if p.ledger_id not in sizes:
+                sizes[p.ledger_id] = self.ml.ledger_entries(p.ledger_id)
+            if self.mark_delete_position < p <= last and 0 <= p.entry_id < sizes[p.ledger_id]:
                 self.deleted.add(p.ledger_id, p.entry_id)
                 if self.batch_deleted:
                     self.batch_deleted.pop(p, None)
@@ -280,7 +286,6 @@ class ManagedCursor:
         return self._persisted()
 
     def _exists(self, position: Position) -> bool:
-        # Positions come from clients: one past a ledger's end would count as acked forever and skew the backlog.
         return 0 <= position.entry_id < self.ml.ledger_entries(position.ledger_id)
 
     def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> asyncio.Future:
