@@ -234,3 +234,95 @@ def test_encoded_state_of_many_holes_is_small():
     blob = encode_state(state)
     assert len(blob) < 4_000, "100,000 regular holes"
     assert list(decode_state(blob).deleted.ranges()) == list(state.deleted.ranges())
+
+
+class NaiveCursor:
+    """The cursor's contract over a list of existing positions, with sets: the model the real one must match."""
+
+    def __init__(self, positions: list[Position], initial_mark: Position):
+        self.positions = positions
+        self.initial_mark = initial_mark
+        self.acked: set[Position] = set()
+        self.batch: dict[Position, set[int]] = {}
+
+    def delete(self, wanted) -> None:
+        for p in wanted:
+            if p in self.positions and p > self.mark:
+                self.acked.add(p)
+                self.batch.pop(p, None)
+
+    def mark_delete(self, p: Position) -> None:
+        self.acked |= {q for q in self.positions if q <= p}
+        self.batch = {q: v for q, v in self.batch.items() if q > p}
+
+    def delete_batch_indexes(self, p: Position, indexes, size: int) -> None:
+        if p in self.acked or p not in self.positions:
+            return
+        got = self.batch.setdefault(p, set())
+        got |= {i for i in indexes if 0 <= i < size}
+        if len(got) >= size:
+            self.delete([p])
+        elif not got:
+            del self.batch[p]
+
+    @property
+    def mark(self) -> Position:
+        mark = self.initial_mark
+        for p in self.positions:
+            if p not in self.acked:
+                break
+            mark = p
+        return mark
+
+    def picture(self) -> tuple:
+        mark = self.mark
+        runs: list[list[int]] = []
+        for p in self.positions:
+            if p > mark and p in self.acked:
+                if runs and runs[-1][0] == p.ledger_id and runs[-1][2] == p.entry_id - 1:
+                    runs[-1][2] = p.entry_id
+                else:
+                    runs.append([p.ledger_id, p.entry_id, p.entry_id])
+        unacked = [p for p in self.positions if p not in self.acked]
+        batch = {p: sum(1 << i for i in v) for p, v in self.batch.items() if p not in self.acked}
+        return mark, [tuple(r) for r in runs], batch, len(unacked), unacked
+
+
+async def _real_picture(cursor) -> tuple:
+    cursor.rewind()
+    unread = []
+    while entries := await cursor.read_entries(5):
+        unread.extend(e.position for e in entries)
+    return (cursor.mark_delete_position, cursor.individually_deleted_ranges, dict(cursor.batch_deleted),
+            cursor.backlog, unread)
+
+
+async def test_a_random_walk_of_acks_matches_a_set_model_and_survives_a_crash(cluster):
+    await cluster.start_bookies(3)
+    config = ManagedLedgerConfig(**{**CHUNKED.__dict__, "max_entries_per_ledger": 7, "cursor_max_entries_per_ledger": 20})
+    _, ml = await _open(cluster, "t/ns/persistent/walk", config)
+    positions = await _fill(ml, 120)  # 18 ledgers
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    model = NaiveCursor(positions, cursor.mark_delete_position)
+    rng = random.Random(11)
+    for step in range(150):
+        roll = rng.random()
+        if roll < 0.6:
+            wanted = rng.sample(positions, rng.randint(1, 6))
+            wanted.append(Position(positions[-1].ledger_id + 5, 0))  # never existed: ignored
+            await cursor.delete(wanted)
+            model.delete(wanted)
+        elif roll < 0.7:
+            p = positions[min(len(positions) - 1, positions.index(model.mark) + rng.randint(1, 4))] \
+                if model.mark in positions else positions[rng.randint(0, 3)]
+            await cursor.mark_delete(p)
+            model.mark_delete(p)
+        else:
+            p, indexes = rng.choice(positions), set(rng.sample(range(4), rng.randint(1, 3)))
+            await cursor.delete_batch_indexes(p, indexes, batch_size=4)
+            model.delete_batch_indexes(p, indexes, 4)
+        if step % 10 == 0:
+            assert await _real_picture(cursor) == model.picture(), f"step {step}"
+    assert await _real_picture(cursor) == model.picture()
+    _, ml2 = await _open(cluster, "t/ns/persistent/walk")
+    assert await _real_picture(ml2.cursors["sub"]) == model.picture()
