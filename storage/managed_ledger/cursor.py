@@ -346,6 +346,10 @@ class ManagedCursor:
         return mask_indexes(acked) if acked else None
 
     @property
+    def individually_deleted_range_count(self) -> int:
+        return self.deleted.range_count
+
+    @property
     def individually_deleted_ranges(self) -> list[tuple[int, int, int]]:
         """(ledger, first entry, last entry) runs acknowledged after the mark-delete position."""
         return list(self.deleted.ranges())

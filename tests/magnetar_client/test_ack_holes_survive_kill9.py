@@ -57,10 +57,14 @@ async def _ack_durably(consumer, ids) -> None:
         assert not response.HasField("error"), response.message
 
 
-def _backlog(broker) -> int:
+def _admin(broker, what: str) -> dict:
     name = TOPIC.split("://", 1)[1]
-    with urllib.request.urlopen(f"{broker.web_url}/admin/v2/persistent/{name}/stats", timeout=10) as resp:
-        return json.loads(resp.read())["subscriptions"]["holes"]["msgBacklog"]
+    with urllib.request.urlopen(f"{broker.web_url}/admin/v2/persistent/{name}/{what}", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _backlog(broker) -> int:
+    return _admin(broker, "stats")["subscriptions"]["holes"]["msgBacklog"]
 
 
 async def _before_the_kill(broker) -> tuple[list[bytes], list[bytes]]:
@@ -101,7 +105,9 @@ def test_a_hundred_thousand_ack_holes_survive_kill9_exactly(start_standalone):
     assert _backlog(broker) == HOLES
     broker.kill9()
     broker.start(timeout_s=60)
-    wait_until(lambda: _backlog(broker) == HOLES, 60, "the restored subscription to report its backlog")
+    backlog = wait_until(lambda: _backlog(broker), 60, "the restored subscription to report its backlog")
+    assert backlog == HOLES, f"after the restart the backlog is {backlog}"
+    assert _admin(broker, "internalStats")["cursors"]["holes"]["totalNonContiguousDeletedMessagesRange"] == HOLES
     redelivered = asyncio.run(_after_the_restart(broker))
     assert len(redelivered) == len(set(redelivered)), "nothing is delivered twice"
     assert not set(redelivered) & set(acked), "no acknowledged message comes back"
