@@ -118,6 +118,7 @@ async def _measure(metadata_url: str, holes: int) -> dict:
             new, new_bytes = _traced(build_new)
             old, old_bytes = _traced(build_old)
             assert len(new) == len(old) == len(acked)
+            ranges = new.range_count
 
             t0 = time.perf_counter()
             chunks = frame_chunks(encode_state(CursorState(Position(10, -1), new)), 1, chunk_bytes)
@@ -145,7 +146,7 @@ async def _measure(metadata_url: str, holes: int) -> dict:
             old_encode_capped_s = time.perf_counter() - t0
             old_write_capped_s = await _write(client, [old_capped])
             out[pattern] = {
-                "holes": holes, "acked_entries": len(acked), "ranges": new.range_count,
+                "holes": holes, "acked_entries": len(acked), "ranges": ranges,
                 "memory_new_bytes": new_bytes, "memory_old_set_bytes": old_bytes, "memory_ratio_old_to_new": old_bytes / new_bytes,
                 "persist_new_bytes": sum(map(len, chunks)), "persist_new_chunks": len(chunks),
                 "persist_new_encode_s": encode_s, "persist_new_write_s": write_s,

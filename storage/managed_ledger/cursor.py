@@ -362,6 +362,8 @@ class ManagedCursor:
     async def read_entries(self, max_entries: int) -> list[Entry]:
         """Up to ``max_entries`` entries from the read position, skipping consumed ones; [] at the end."""
         self._check()
+        if max_entries <= 0:
+            return []
         start = self.ml.normalize(max(self.read_position, self.ml.position_after(self.mark_delete_position)))
         wanted = self._unconsumed_from(start, max_entries)
         if not wanted:
