@@ -98,3 +98,4 @@ def test_cursor_suite_quick_measures_both_representations(tmp_path):
         assert 0 < r["memory_new_bytes"] < r["memory_old_set_bytes"]
         assert r["persist_new_s"] == r["persist_new_encode_s"] + r["persist_new_write_s"] > 0
         assert r["persist_old_capped_ranges"] == 10_000 and r["persist_old_full_encode_s"] > 0
+        assert 0 < r["next_100_to_read_new_ms"] < r["next_100_to_read_old_ms"]
