@@ -49,6 +49,10 @@ class BrokerConfig:
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
+    # Pulsar's keySharedLookAheadMsgInReplayThreshold*: how many entries a Key_Shared subscription may hold for
+    # busy consumers while it reads on for the others (per consumer, and a cap for the subscription).
+    key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = 2000
+    key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = 20_000
 
     managed_ledger_ensemble_size: int = 2
     managed_ledger_write_quorum: int = 2
@@ -166,6 +170,10 @@ class BrokerConfig:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
+        for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
+                     "key_shared_look_ahead_msg_in_replay_threshold_per_subscription"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:

@@ -8,7 +8,11 @@ owns a bundle by creating the *ephemeral* node
 can succeed, so brokers racing for a bundle end with one owner. The node
 lives as long as the broker's metadata session: when the broker dies or is
 partitioned past the session timeout the node disappears and another broker
-may take the bundle. A broker that loses its session stops serving every
+may take the bundle. A broker proven dead sooner (broker/takeover.py: every
+advertised port refuses connections) loses the node at once, by a delete
+conditional on the version read from its session; an owner that finds its
+node deleted under a live session stops serving that bundle at once. A
+broker that loses its session stops serving every
 topic at once (the service unloads them); the new owner's managed-ledger open
 fences the old owner's ledgers, so nothing the old owner writes afterwards is
 ever read.
@@ -43,9 +47,10 @@ from broker.bundles import BundleRange, NamespaceBundles, bundle_name
 from broker.errors import BrokerMetadataError, ServiceNotReadyError
 from broker.placement import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
 from broker.resources import ConflictError, NotFoundError, Resources
+from broker.takeover import OwnerEvidence, Verdict, takeover_verdict
 from broker.topics.names import NamespaceName, TopicName
-from storage.errors import MetadataError, NodeExistsError, NoNodeError
-from storage.metadata import MetadataStore, SessionState
+from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
+from storage.metadata import EventType, MetadataStore, SessionState, Watch, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +73,21 @@ class BrokerInfo:
         return cls(doc["brokerId"], doc["nativeUrl"], doc["httpUrl"])
 
 
-async def accepts_connections(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
-    """Whether ``broker``'s Pulsar port accepts a connection. Refused means the process is gone, though its
-    ownership nodes live until its session expires; a timeout proves nothing, so it counts as reachable."""
-    url = urllib.parse.urlsplit(broker.service_url)
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(url.hostname, url.port), timeout_s)
-    except (asyncio.TimeoutError, TimeoutError):
+async def may_be_alive(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
+    """False only with proof that ``broker``'s process is gone: every advertised port (Pulsar, then HTTP) refuses a
+    connection. Its ownership nodes live until its session expires. A port that accepts, a timeout or any other
+    error proves nothing (a paused broker's kernel still accepts connections), so each counts as alive."""
+    for url in (broker.service_url, broker.web_service_url):
+        parts = urllib.parse.urlsplit(url)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port), timeout_s)
+        except ConnectionRefusedError:
+            continue
+        except (OSError, ValueError, asyncio.TimeoutError, TimeoutError):
+            return True
+        writer.close()
         return True
-    except OSError:
-        return False
-    writer.close()
-    return True
+    return False
 
 
 def bundle_key(path: str) -> str:
@@ -88,11 +96,17 @@ def bundle_key(path: str) -> str:
 
 
 class Ownership:
+    """``owns_address``: this process listens on the address ``me.broker_id`` names, so a node recorded under our
+    id by another session belongs to a dead previous incarnation (see broker/takeover.py). ``on_bundle_lost(path)``
+    is called when another broker took an owned bundle while our session lived (we were judged dead)."""
+
     def __init__(self, store: MetadataStore, me: BrokerInfo, default_bundles: int, on_session_lost, *,
                  load_source: Callable[[], LoadReport] = LoadReport, weights: PlacementWeights = DEFAULT_WEIGHTS,
                  placement_hold_s: float = 10.0, owner_expiry_wait_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
-                 probe: Callable[[BrokerInfo], Awaitable[bool]] | None = None):
+                 probe: Callable[[BrokerInfo], Awaitable[bool]] | None = None,
+                 owns_address: bool = False, on_bundle_lost: Callable[[str], None] | None = None,
+                 takeover_hold_s: float = 30.0):
         self.store = store
         self.me = me
         self.resources = Resources(store)
@@ -113,7 +127,13 @@ class Ownership:
         self._placement_hold_s = placement_hold_s
         self._clock = clock
         self.owner_expiry_wait_s = owner_expiry_wait_s  # how long to wait for a dead owner's node to expire
-        self.reachable = probe or accepts_connections
+        self.reachable = probe or may_be_alive  # False only with proof of death
+        self._owns_address = owns_address
+        self._on_bundle_lost = on_bundle_lost or (lambda path: None)
+        self._takeover_hold_s = takeover_hold_s
+        self._lost_to_takeover_at: float | None = None
+        self._owned_watches: dict[str, Watch] = {}  # tells us when another broker deletes an owned bundle's node
+        self._checks: set[asyncio.Task] = set()
         self._report_due = False
         self._reporting: asyncio.Task | None = None
         store.add_session_listener(self._session_changed)
@@ -136,8 +156,19 @@ class Ownership:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
         try:
             await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
+            return
         except NodeExistsError:
-            await self.store.set(path, self._report_doc())  # our own node from this session (a re-registration)
+            pass
+        try:
+            _, stat = await self.store.get(path)
+            if stat.ephemeral_owner != self.store.session_id and self._owns_address:
+                # A previous incarnation's registration, which would vanish with its session: replace it now.
+                await self.store.delete(path, stat.version)
+                await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
+                return
+        except (NoNodeError, BadVersionError, NodeExistsError):
+            pass  # it changed meanwhile: the write below settles it, or the next load report re-registers
+        await self.store.set(path, self._report_doc())  # our own node from this session (a re-registration)
 
     async def report_load(self) -> None:
         try:
@@ -226,15 +257,15 @@ class Ownership:
         node = await self._node(path)
         return None if node is None else node[0]
 
-    async def _node(self, path: str) -> tuple[BrokerInfo, int] | None:
-        """The owner recorded at ``path`` and the session that holds the node; None when unowned."""
+    async def _node(self, path: str) -> tuple[BrokerInfo, int, int] | None:
+        """The owner recorded at ``path``, the session that holds the node and its version; None when unowned."""
         try:
             data, stat = await self.store.get(path)
         except NoNodeError:
             return None
         except MetadataError as exc:
             raise BrokerMetadataError(f"reading the owner of bundle {path}: {exc}") from exc
-        return BrokerInfo.from_json(json.loads(data)), stat.ephemeral_owner
+        return BrokerInfo.from_json(json.loads(data)), stat.ephemeral_owner, stat.version
 
     async def owner_of(self, topic: TopicName) -> BrokerInfo | None:
         owner = await self.owner_at(await self.path_of(topic))
@@ -255,15 +286,15 @@ class Ownership:
                 node = await self._node(path)
                 if node is None:  # released between our create and our read: try again
                     continue
-                owner, session = node
+                owner, session, _ = node
                 if session == self.store.session_id:
-                    self.owned.add(path)  # our own node, e.g. from before a restart of this object
+                    self._adopt(path)  # our own node, e.g. from before a restart of this object
                     return self.me
                 if owner.broker_id != self.me.broker_id:
                     return owner
                 # A previous incarnation of this broker (killed and restarted on the same address within its
-                # session timeout): the node goes with that session.
-                if not await self.wait_released(path, self.owner_expiry_wait_s):
+                # session timeout): removed now when we hold the address, else it goes with that session.
+                if not await self.free_if_owner_dead(path):
                     raise ServiceNotReadyError(f"bundle {path} is still held by a previous session of this broker")
                 continue
             except MetadataError as exc:
@@ -271,7 +302,7 @@ class Ownership:
             if await self._refresh(topic.namespace_name) and await self.path_of(topic) != path:
                 await self._delete(path)  # we took a bundle that a split has replaced: not a bundle any more
                 continue
-            self.owned.add(path)
+            self._adopt(path)
             log.info("broker %s now owns bundle %s", self.me.broker_id, path)
             self._report_soon()
             return self.me
@@ -296,6 +327,83 @@ class Ownership:
         finally:
             watch.cancel()
 
+    async def free_if_owner_dead(self, path: str) -> bool:
+        """Settle a bundle whose node another session holds: True when it is unowned now, False while a live
+        owner (or we) hold it. An owner proven dead (broker/takeover.py) loses its node at once, by a delete
+        conditional on the version read from that same session; otherwise, when the verdict is to wait, this
+        waits up to ``owner_expiry_wait_s`` for the session to expire. Raises BrokerMetadataError."""
+        for _ in range(MAX_ATTEMPTS):
+            node = await self._node(path)
+            if node is None:
+                return True
+            owner, session, _ = node
+            same_id, same_session = owner.broker_id == self.me.broker_id, session == self.store.session_id
+            refused = not same_id and not same_session and not await self.reachable(owner)
+            verdict = takeover_verdict(OwnerEvidence(same_session, same_id, self._owns_address, refused),
+                                       self._clock(), self._lost_to_takeover_at, self._takeover_hold_s)
+            if verdict in (Verdict.OURS, Verdict.LIVE):
+                return False
+            if verdict is Verdict.WAIT_FOR_EXPIRY:
+                return await self.wait_released(path, self.owner_expiry_wait_s)
+            # Read again after the probe, so the delete is conditional on a version read just now from the same
+            # session: a node another broker created meanwhile has another session and is decided afresh.
+            again = await self._node(path)
+            if again is None:
+                return True
+            if again[1] != session:
+                continue
+            try:
+                await self.store.delete(path, again[2])
+            except NoNodeError:
+                return True
+            except BadVersionError:
+                continue
+            except MetadataError as exc:
+                raise BrokerMetadataError(f"taking bundle {path} over from broker {owner.broker_id}: {exc}") from exc
+            log.warning("broker %s removed bundle %s from broker %s (session 0x%x): %s", self.me.broker_id, path,
+                        owner.broker_id, session, "a previous incarnation of this broker" if same_id
+                        else "every advertised port refused a connection")
+            return True
+        return False
+
+    # ---- owned bundles: our nodes, watched ------------------------------------------------
+
+    def _adopt(self, path: str) -> None:
+        self.owned.add(path)
+        if path not in self._owned_watches:
+            self._owned_watches[path] = self.store.watch_data(path, self._owned_node_changed)
+
+    def _drop(self, path: str) -> None:
+        self.owned.discard(path)
+        self.unloading.discard(path)
+        watch = self._owned_watches.pop(path, None)
+        if watch is not None:
+            watch.cancel()
+
+    def _owned_node_changed(self, event: WatchEvent) -> None:
+        if event.path in self.owned and event.type in (EventType.DELETED, EventType.CHANGED):
+            task = asyncio.get_running_loop().create_task(self._check_still_ours(event.path))
+            self._checks.add(task)
+            task.add_done_callback(self._checks.discard)
+
+    async def _check_still_ours(self, path: str) -> None:
+        """Another broker deleted an owned bundle's node while our session lives (it judged us dead): stop serving
+        the bundle now rather than at the first fenced write, and take nothing over by probe for a while."""
+        if path not in self.owned or not self.writable:
+            return  # released meanwhile, or a suspension, after which ownership is re-verified anyway
+        try:
+            node = await self._node(path)
+        except BrokerMetadataError:
+            return
+        if path not in self.owned or (node is not None and node[1] == self.store.session_id):
+            return
+        self._drop(path)
+        self._lost_to_takeover_at = self._clock()
+        log.warning("broker %s lost bundle %s to broker %s while its session lived", self.me.broker_id, path,
+                    node[0].broker_id if node else "(none yet)")
+        self._report_soon()
+        self._on_bundle_lost(path)
+
     def disable(self, path: str) -> None:
         """Start unloading an owned bundle: from now on no topic of it loads here (``release`` ends it)."""
         if path in self.owned:
@@ -309,14 +417,14 @@ class Ownership:
     async def release(self, path: str) -> None:
         self.unloading.discard(path)
         if path in self.owned:
-            self.owned.discard(path)
+            self._drop(path)
             await self._delete(path)
             self._report_soon()
 
     async def close(self) -> None:
         """Hand every bundle off at once (not after a session timeout) and stop reporting."""
         for path in list(self.owned):
-            self.owned.discard(path)
+            self._drop(path)
             await self._delete(path)
         self.unloading.clear()
         if self._reporting is not None:
@@ -364,8 +472,9 @@ class Ownership:
                         await self._delete(half)
                     continue
                 self._bundles[ns] = (new, new_version)
-                self.owned.update(halves)
-                self.owned.discard(parent)
+                for half in halves:
+                    self._adopt(half)
+                self._drop(parent)
                 await self._delete(parent)
                 log.info("broker %s split bundle %s into %s and %s", self.me.broker_id, parent, *halves)
                 self._report_soon()
@@ -392,8 +501,8 @@ class Ownership:
             except BrokerMetadataError:
                 node = None
             if node is None or node[1] != self.store.session_id:
-                self.owned.discard(path)
-                self.unloading.discard(path)
+                self._drop(path)
+                self._on_bundle_lost(path)  # its topics are another broker's now: stop serving them
         self.writable = True
         log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))
 
@@ -410,6 +519,7 @@ class Ownership:
             self.writable = True  # nothing is ours any more; new acquisitions start from scratch
             log.warning("broker %s lost its metadata session: its %d bundles are no longer its own",
                         self.me.broker_id, len(self.owned))
-            self.owned.clear()
+            for path in list(self.owned):
+                self._drop(path)
             self.unloading.clear()
             self._on_session_lost()

@@ -10,10 +10,11 @@ writer. Loads of the same topic are shared, never run twice.
 Several brokers share the work through bundle ownership (broker/ownership.py):
 a topic loads only on the broker that owns its bundle, and LOOKUP answers
 with the owner (Connect or Redirect) or assigns the bundle to the broker that
-broker/placement.py chooses from the load reports. A lookup whose owner
-refuses connections (killed, its ownership node not yet expired) is answered
-when the node is gone instead of sending the client to a dead address, so the
-client's next attempt is not delayed by its reconnect backoff.
+broker/placement.py chooses from the load reports. A lookup whose owner is
+proven dead (every advertised port refuses a connection: killed, its
+ownership node not yet expired) removes that node at once and places the
+bundle afresh (broker/takeover.py), instead of sending the client to a dead
+address or waiting for the owner's session to expire.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class BrokerService:
         service.ownership = Ownership(
             store, BrokerInfo(f"{config.advertised_address}:{service.port}", service.service_url, config.web_service_url),
             config.default_number_of_namespace_bundles, service._session_lost, load_source=service.load_report,
-            owner_expiry_wait_s=2 * config.metadata_session_timeout_s)
+            owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
+            on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
         await service.ownership.register()
         await service._server.start_serving()
         service.spawn(service._maintain())
@@ -115,9 +117,9 @@ class BrokerService:
         if owner is not None and owner.broker_id == me:
             self.ownership.check_not_unloading(await self.ownership.path_of(topic))
         if owner is not None and owner.broker_id != me and not await self.ownership.reachable(owner):
-            # Killed: its node lives until its session expires. Answer then, rather than send the client to a dead
-            # address and leave the next attempt to its reconnect backoff.
-            if await self.ownership.wait_released(await self.ownership.path_of(topic), self.ownership.owner_expiry_wait_s):
+            # Killed: its node would live until its session expires. With proof of death it goes now (and the
+            # bundle is placed afresh), rather than send the client to a dead address.
+            if await self.ownership.free_if_owner_dead(await self.ownership.path_of(topic)):
                 owner = await self.ownership.owner_of(topic)
         if owner is None:
             candidate = await self.ownership.place(await self.ownership.path_of(topic))
@@ -155,6 +157,18 @@ class BrokerService:
         for name in list(self.topics):
             self.spawn(self.unload_topic(self.topics[name].name))
         self.spawn(self.ownership.register())
+
+    def _bundle_lost(self, path: str) -> None:
+        """Another broker took a bundle of ours while our session lived: stop serving its topics now."""
+        self.spawn(self._unload_bundle_topics(path))
+
+    async def _unload_bundle_topics(self, path: str) -> None:
+        for topic in list(self.topics.values()):
+            if await self.ownership.path_of(topic.name) == path:
+                try:
+                    await self.unload_topic(topic.name)
+                except (BrokerError, StorageError) as exc:
+                    log.warning("unloading %s of the lost bundle %s: %s", topic.name, bundle_key(path), exc)
 
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""

@@ -14,9 +14,12 @@ possibly out of order, so a client pipelines freely (BookKeeper v2/v3 shape).
 
 ``body`` is a packaged entry (storage.digest). ``key`` is the ledger's master
 key (password digest). ADD flag ``RECOVERY`` marks a recovery add, accepted on
-a fenced ledger. READ flag ``FENCE`` fences the ledger before reading; READ of
-entry ``LAST_ENTRY`` (-1) returns the highest entry the bookie holds, which is
-how recovery learns each bookie's tail. ``status`` 0 is OK; any other value is
+a fenced ledger. READ flag ``FENCE`` fences the ledger before reading and
+answers only once the fence is durable -- and with it every add queued
+before the fence -- so a fencing read never says "no such entry" about an
+add the bookie may still acknowledge; ledger recovery sends all its reads
+with it. READ of entry ``LAST_ENTRY`` (-1) returns the highest entry the
+bookie holds, which is how recovery learns each bookie's tail. ``status`` 0 is OK; any other value is
 a ``storage.errors`` code.
 
 ``FrameDecoder.feed(data)`` returns the complete messages in ``data`` and

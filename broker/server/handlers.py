@@ -384,9 +384,8 @@ def on_seek(conn, frame) -> None:
                 position = Position(mid.ledgerId, mid.entryId)
         else:
             raise NotAllowedError("SEEK needs a message id or a publish time")
-        conn.consumers.pop(c.consumer_id, None)
+        await sub.reset(position)  # closes this consumer too: the client subscribes again
         conn.send_success(c.request_id)
-        await sub.reset(position)
 
     conn.spawn(run(), c.request_id)
 

@@ -89,6 +89,14 @@ class Dispatcher(abc.ABC):
     def wake(self) -> None:
         self._wakeup.set()
 
+    async def stop_for_reset(self) -> None:
+        """Stop the loop and forget what was queued for the old position (a seek); ``start()`` resumes."""
+        await self._stop_loop()
+        self.forget_queued()
+
+    def forget_queued(self) -> None:
+        self.redelivery.clear()
+
     # ---- consumers -------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -122,9 +130,20 @@ class Dispatcher(abc.ABC):
                 log.warning("read for subscription %s failed: %s", self.subscription.name, exc)
                 await self._backoff()
                 continue
+            except Exception:  # a bug here must not end delivery for good: a dead loop is a silent stall
+                log.exception("dispatch loop of subscription %s failed; it goes on", self.subscription.name)
+                await self._backoff()
+                continue
             if entries is None:  # woken while waiting at the tail: decide again
                 continue
-            if not self.dispatch(entries):
+            try:
+                sent = self.dispatch(entries)
+            except Exception:
+                log.exception("dispatching to subscription %s failed; it goes on", self.subscription.name)
+                self.cursor.rewind()  # what was read may not have gone out: read it again
+                await self._backoff()
+                continue
+            if not sent:
                 await self._wakeup.wait()  # nothing could be handed out: wait for permits or consumers
 
     async def _backoff(self) -> None:

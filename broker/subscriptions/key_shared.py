@@ -27,6 +27,12 @@ position reaches it).
 key's consumer while it has permits; an entry that cannot go now is returned
 for replay, and so is every later entry of the same key in the batch, so a
 key's messages never overtake each other.
+
+``select_replay`` decides which waiting entries to read again: only those
+whose consumer can take them now. A consumer that stops receiving therefore
+holds back its own keys and nobody else's: the dispatcher reads past its
+waiting entries (up to a look-ahead limit) and serves the other consumers,
+instead of re-reading the same unsendable entries at the head of the queue.
 """
 
 from __future__ import annotations
@@ -324,6 +330,14 @@ class KeySharedAssignment(Generic[C, E]):
     replay_later: list[E] = field(default_factory=list)
 
 
+def _may_take(consumer, position, budget, recently_joined, mark_delete_position, replay) -> bool:
+    if consumer is None or budget.get(consumer, 0) <= 0:
+        return False
+    if recently_joined is None or mark_delete_position is None:
+        return True
+    return recently_joined.allowed(consumer, position, mark_delete_position, replay=replay)
+
+
 def assign_entries(
     entries: Sequence[E],
     selector: Selector[C],
@@ -332,29 +346,29 @@ def assign_entries(
     recently_joined: RecentlyJoined[C] | None = None,
     mark_delete_position: Position | None = None,
     held_key_hashes: Iterable[int] = (),
+    waiting_since: Mapping[int, Position] | None = None,
     replay: bool = False,
 ) -> KeySharedAssignment[C, E]:
     """Split ``entries`` (in position order, each with ``key_hash`` and ``num_messages``) among consumers.
 
     An entry goes to ``selector.select(key_hash)`` when that consumer has
     permits left (``permits``, in messages; a batch may overdraw the last
-    permit, as a Shared consumer's may), its key has no older entry waiting
-    (``held_key_hashes``: keys with entries already in the replay queue) and,
-    for a recently joined consumer, the entry is before its limit. Otherwise
-    the entry and every later entry of its key go to ``replay_later``.
+    permit, as a Shared consumer's may), no older entry of its key waits for
+    replay (``held_key_hashes``: keys held whatever the position;
+    ``waiting_since``: key hash -> the oldest waiting position of that key)
+    and, for a recently joined consumer, the entry is before its limit.
+    Otherwise the entry and every later entry of its key go to ``replay_later``.
     """
     out: KeySharedAssignment[C, E] = KeySharedAssignment()
     held = set(held_key_hashes)
+    waiting = waiting_since or {}
     budget = dict(permits)
     for entry in entries:
         key_hash = entry.key_hash
-        consumer = None if key_hash in held else selector.select(key_hash)
-        if (
-            consumer is None
-            or budget.get(consumer, 0) <= 0
-            or (recently_joined is not None and mark_delete_position is not None
-                and not recently_joined.allowed(consumer, entry.position, mark_delete_position, replay=replay))
-        ):
+        older = waiting.get(key_hash)
+        blocked = key_hash in held or (older is not None and tuple(older) < tuple(entry.position))
+        consumer = None if blocked else selector.select(key_hash)
+        if not _may_take(consumer, entry.position, budget, recently_joined, mark_delete_position, replay):
             # Hold the key: its later entries must not overtake this one. (Permits and
             # the join limit only tighten along a batch, but the guarantee should not
             # depend on that.)
@@ -363,4 +377,42 @@ def assign_entries(
             continue
         budget[consumer] -= max(entry.num_messages, 1)
         out.by_consumer.setdefault(consumer, []).append(entry)
+    return out
+
+
+def select_replay(
+    waiting: Iterable[tuple[Position, int | None]],
+    selector: Selector[C],
+    permits: Mapping[C, int],
+    count: int,
+    *,
+    recently_joined: RecentlyJoined[C] | None = None,
+    mark_delete_position: Position | None = None,
+) -> list[Position]:
+    """The waiting positions to read again now: at most ``count``, lowest first.
+
+    ``waiting`` is (position, key hash or None when unknown) in position
+    order. A position whose key is unknown is always read (its key is learned
+    from the entry). Otherwise a position is read when its key's consumer has
+    permits left (one per entry here: the batch sizes are not known until the
+    read) and may take it; once one position of a key stays, every later one
+    of that key stays too.
+    """
+    out: list[Position] = []
+    blocked: set[int] = set()
+    budget = dict(permits)
+    for position, key_hash in waiting:
+        if len(out) >= count:
+            break
+        if key_hash is None:
+            out.append(position)
+            continue
+        if key_hash in blocked:
+            continue
+        consumer = selector.select(key_hash)
+        if not _may_take(consumer, position, budget, recently_joined, mark_delete_position, True):
+            blocked.add(key_hash)
+            continue
+        budget[consumer] -= 1
+        out.append(position)
     return out

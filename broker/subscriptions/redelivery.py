@@ -123,6 +123,19 @@ class ReplayQueue:
     def key_hashes(self) -> set[int]:
         return set(self._hash_counts)
 
+    def items(self):
+        """(position, key hash or None when unknown), lowest position first."""
+        return [(p, self._key_hash.get(p)) for p in self._positions]
+
+    def earliest_by_key_hash(self) -> dict[int, Position]:
+        """key hash -> the lowest waiting position of that key (newer entries of the key must wait behind it)."""
+        out: dict[int, Position] = {}
+        for p in self._positions:
+            h = self._key_hash.get(p)
+            if h is not None and h not in out:
+                out[h] = p
+        return out
+
     def clear(self) -> None:
         self._positions.clear()
         self._key_hash.clear()

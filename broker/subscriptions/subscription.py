@@ -10,6 +10,7 @@ non-durable one (a reader) ends with its last consumer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker.errors import ConsumerBusyError, NotAllowedError, PersistenceError, SubscriptionNotFoundError
@@ -52,6 +53,7 @@ class Subscription:
         self.msg_out = 0
         self.bytes_out = 0
         self.closed = False
+        self._resetting: asyncio.Future | None = None
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -91,6 +93,8 @@ class Subscription:
             self.dispatcher = KeySharedDispatcher(
                 self, batch, delayed_delivery=config.delayed_delivery_enabled,
                 points_per_consumer=config.subscription_key_shared_consistent_hashing_points,
+                look_ahead_per_consumer=config.key_shared_look_ahead_msg_in_replay_threshold_per_consumer,
+                look_ahead_per_subscription=config.key_shared_look_ahead_msg_in_replay_threshold_per_subscription,
             )
         else:
             self.dispatcher = SingleActiveConsumerDispatcher(
@@ -185,17 +189,36 @@ class Subscription:
     # ---- position changes ------------------------------------------------
 
     async def reset(self, position: Position) -> None:
-        """Seek: move mark-delete and read position; every consumer is closed and resubscribes (Pulsar's behaviour)."""
-        for consumer in self.consumers:
-            self.dispatcher.remove_consumer(consumer)
-            consumer.close()
+        """Seek: every consumer is closed, the cursor moves, and only then does the caller answer.
+
+        Pulsar's order, which the official clients rely on: CLOSE_CONSUMER reaches the client before the
+        seek's SUCCESS, so the client completes the seek only once it has subscribed again (the C++ client
+        keeps a stale start id otherwise and drops what it is sent). Nothing read for the old position is
+        dispatched afterwards: the dispatch loop is stopped and its queues cleared before the cursor moves,
+        and consumers subscribing meanwhile wait for the reset (``settled``).
+        """
+        loop = asyncio.get_running_loop()
+        resetting = self._resetting = loop.create_future()
         try:
-            await self.cursor.reset(position)
-        except StorageError as exc:
-            raise PersistenceError(f"reset of {self.name} failed: {exc}") from exc
-        if self.dispatcher is not None:
-            self.dispatcher.redelivery.clear()
-            await self.dispatcher.restart()
+            for consumer in self.consumers:
+                self.dispatcher.remove_consumer(consumer)
+                consumer.close()
+            if self.dispatcher is not None:
+                await self.dispatcher.stop_for_reset()
+            try:
+                await self.cursor.reset(position)
+            except StorageError as exc:
+                raise PersistenceError(f"reset of {self.name} failed: {exc}") from exc
+        finally:
+            if self.dispatcher is not None:
+                self.dispatcher.start()
+            self._resetting = None
+            resetting.set_result(None)
+
+    async def settled(self) -> None:
+        """Wait for a reset in progress, so a consumer never joins a half-moved subscription."""
+        while self._resetting is not None:
+            await asyncio.shield(self._resetting)
 
     async def read_positions(self, positions: list) -> list:
         return await self.topic.ml.read_entries_at(positions)

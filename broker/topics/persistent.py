@@ -189,6 +189,8 @@ class PersistentTopic:
             self.subscriptions[sub_name] = sub
         elif not durable and sub.durable:
             raise ConsumerBusyError(f"subscription {sub_name} is durable; a reader cannot use its name")
+        await sub.settled()
+        self._check_open()
         sub.add_consumer(consumer, sub_type)
         return sub
 

@@ -14,8 +14,13 @@ How this works
   cache on the loop, so an acknowledged entry is immediately readable.
 * fence: the flag is set in memory at once (any add checked after this point
   fails) and the call returns once the FENCE record is fsynced, so a fence
-  survives a crash. Fencing a ledger the bookie has never seen creates its
-  state: the recoverer may reach a bookie that received no entry.
+  survives a crash. The journal is FIFO, so by then every add queued before
+  the fence is durable and applied too: a fencing read never answers "no such
+  entry" for an add this bookie may still acknowledge. Fencing a fenced
+  ledger writes nothing; it waits for the first FENCE record if that is still
+  in the journal (recovery sends every read with the fence flag). Fencing a
+  ledger the bookie has never seen creates its state: the recoverer may reach
+  a bookie that received no entry.
 * checkpoint (every ``flush_interval_ms``, when the write cache fills, and on
   close): note the journal's ``synced_position``, swap the write cache out,
   flush it to entry log + index on the storage thread, then write the journal
@@ -23,8 +28,9 @@ How this works
   Everything the mark covers was applied before the swap, so it is all in
   the flushed snapshot (or in an earlier one).
 * open: load ledger states from the index, replay journal records after the
-  mark through the same apply function the live path uses, start a fresh
-  journal file, checkpoint.
+  mark through the same apply function the live path uses, judge any damage
+  replay found (journal_damage.py: refuse to start, or quarantine the file
+  and run read-only), start a fresh journal file, checkpoint.
 
 Threads: the event loop runs the rules and every in-memory structure; a
 single storage thread runs flushes, deletes and compaction (serialised, so
@@ -59,6 +65,7 @@ from storage.bookie.journal import (
     read_mark,
     write_mark,
 )
+from storage.bookie.journal_damage import DamageJudge, policy_only, settle_damage
 from storage.bookie.ledger_storage import FlushSnapshot, LedgerStorage, tree_size_bytes
 from storage.errors import (
     BookieInternalError,
@@ -142,7 +149,9 @@ class Bookie:
         self._periodic: asyncio.Task | None = None
         self._closing = False
         self._lock_fds: list[int] = []
+        self._fences_in_flight: dict[int, asyncio.Future] = {}  # ledger -> its FENCE record, until durable
         self.replayed_records = 0
+        self.journal_damage: str | None = None  # set while damaged journal files are quarantined
 
     @classmethod
     async def open(
@@ -152,11 +161,15 @@ class Bookie:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         fsync: Callable[[int], None] | None = None,
+        judge_damage: DamageJudge | None = None,
     ) -> "Bookie":
         """Create directories, open the index, replay the journal, checkpoint.
 
         ``clock`` drives group-commit decisions; ``fsync`` replaces the
         journal's fdatasync (tests hold it to prove acks wait for it).
+        ``judge_damage(damage, ledger_ids)`` decides what journal damage
+        means (BookieService checks ledger metadata); by default only the
+        configured policy counts. Raises BookieStartupError when it refuses.
         """
         registry = registry if registry is not None else CollectorRegistry()
         self = cls(config, registry, BookieMetrics(registry))
@@ -170,6 +183,11 @@ class Bookie:
             )
             self._mark = read_mark(config.journal_dir)
             self.replayed_records = await self._in_storage(self._replay)
+            # Before the journal starts: nothing has been deleted or written yet.
+            self.journal_damage = await settle_damage(
+                config.journal_dir, self._journal.damage, set(self._storage.states),
+                judge_damage or policy_only(config), self._in_storage,
+            )
             self._journal.start(self._loop, self._apply_durable, self._mark)
             await self.checkpoint()
         except BaseException:
@@ -253,14 +271,34 @@ class Bookie:
             raise
 
     async def fence(self, ledger_id: int, master_key: bytes) -> None:
-        """Fence a ledger; durable before returning. Raises UnauthorizedError."""
+        """Fence a ledger; returns once the fence is durable -- and with it
+        every add queued before the fence, so a read that follows sees each
+        add the old writer can still get acknowledged here.
+
+        Raises UnauthorizedError, BookieShuttingDownError, BookieInternalError
+        (journal failed).
+        """
         if self._closing:
             raise BookieShuttingDownError("bookie is shutting down")
+        if self._journal.failed is not None:
+            raise BookieInternalError(f"journal failed, cannot make a fence durable: {self._journal.failed}")
         state = self._state_for_write(ledger_id, master_key)
-        if not state.fenced:
-            state.fenced = True
-            self._storage.state_changed(ledger_id)
-        await self._journal.append(JournalRecord(FENCE, ledger_id))
+        if state.fenced:
+            # Adds checked after the flag went up were refused (recovery adds
+            # aside), so the first FENCE record is the barrier: wait for it if
+            # it is still in the journal; once durable there is nothing to wait for.
+            pending = self._fences_in_flight.get(ledger_id)
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
+        state.fenced = True
+        self._storage.state_changed(ledger_id)
+        pending = self._journal.append(JournalRecord(FENCE, ledger_id))
+        self._fences_in_flight[ledger_id] = pending
+        pending.add_done_callback(
+            lambda f: self._fences_in_flight.pop(ledger_id) if self._fences_in_flight.get(ledger_id) is f else None
+        )
+        await asyncio.shield(pending)
 
     def _state_for_write(self, ledger_id: int, master_key: bytes) -> LedgerState:
         """The ledger's state, created (with a journaled key) if new; checks the key."""
@@ -313,6 +351,23 @@ class Bookie:
         if ledger_id in self._storage.states:
             self._storage.read_cache.put((ledger_id, entry_id), body)
         return body
+
+    async def fencing_read(self, ledger_id: int, entry_id: int, master_key: bytes) -> bytes:
+        """Fence, then read: recovery's way to tell "missing" from "not yet" (see ``fence``).
+
+        With quarantined journal damage the bookie may have lost acknowledged
+        entries, so "missing" becomes BookieInternalError (LAST_ENTRY answers
+        stay: a low tail only makes recovery read further).
+        """
+        await self.fence(ledger_id, master_key)
+        try:
+            return await self.read_entry(ledger_id, entry_id)
+        except (NoSuchEntryError, NoSuchLedgerError) as exc:
+            if self.journal_damage is None or entry_id == LAST_ENTRY:
+                raise
+            raise BookieInternalError(
+                f"cannot vouch that ledger {ledger_id} entry {entry_id} is missing: {self.journal_damage}"
+            ) from exc
 
     async def read_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
         """Consecutive entries from ``first``: stops at a missing entry, after

@@ -37,6 +37,10 @@ class BookieConfig:
     journal_buffered_writes_threshold_bytes: int = 512 * 1024
     journal_flush_when_queue_empty: bool = False
     journal_max_file_size_bytes: int = 512 * 1024 * 1024
+    # Journal damage other than a torn tail (journal_damage.py): "auto" starts
+    # read-only unless a ledger here may have no other copy, then refuses;
+    # "refuse" always refuses to start.
+    journal_corruption_policy: str = "auto"
 
     # ledger storage
     entry_log_max_file_size_bytes: int = 1024 * 1024 * 1024
@@ -86,6 +90,10 @@ class BookieConfig:
             raise ValueError(f"http_port must be in 0..65535, got {self.http_port}")
         if self.journal_max_group_wait_ms < 0:
             raise ValueError("journal_max_group_wait_ms must be >= 0")
+        if self.journal_corruption_policy not in ("auto", "refuse"):
+            raise ValueError(
+                f"journal_corruption_policy must be 'auto' or 'refuse', got {self.journal_corruption_policy!r}"
+            )
         if self.journal_buffered_writes_threshold_bytes <= 0:
             raise ValueError("journal_buffered_writes_threshold_bytes must be > 0")
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:

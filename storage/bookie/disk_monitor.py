@@ -5,7 +5,10 @@ a pure function, table-tested):
 
 1. a failed journal -- the core can acknowledge nothing more, so the bookie
    goes read-only for good (until restarted) and keeps serving reads; clients
-   stop choosing it once the registration moves under ``readonly/``;
+   stop choosing it once the registration moves under ``readonly/``; then
+   quarantined journal damage (journal_damage.py), read-only until an
+   operator clears it -- above the override, since a lost FENCE record must
+   not let an old writer's adds back in;
 2. an operator's override over HTTP (``PUT /api/v1/bookie/state/readonly``);
    ``force(None)`` hands control back to the measurement;
 3. the fullest filesystem among the journal and ledger dirs, with hysteresis
@@ -51,10 +54,13 @@ def decide_mode(
     *,
     forced: bool | None = None,
     journal_error: BaseException | None = None,
+    journal_damage: str | None = None,
 ) -> Mode:
     """The bookie's mode from its inputs (see the module docstring for the precedence)."""
     if journal_error is not None:
         return Mode(True, f"journal failed: {journal_error}")
+    if journal_damage is not None:
+        return Mode(True, journal_damage)
     if forced is not None:
         return Mode(forced, f"set {'read-only' if forced else 'writable'} by an operator")
     usage = f"disk usage {usage_fraction:.4f}"
@@ -94,11 +100,13 @@ class DiskMonitor:
         on_change: Callable[[Mode], Awaitable[None]],
         *,
         journal_error: Callable[[], BaseException | None] = lambda: None,
+        journal_damage: Callable[[], str | None] = lambda: None,
         measure: Callable[[list[Path]], float] = disk_usage_fraction,
     ):
         self._config = config
         self._on_change = on_change
         self._journal_error = journal_error
+        self._journal_damage = journal_damage
         self._measure = measure
         self._forced: bool | None = None
         self._lock = asyncio.Lock()
@@ -120,7 +128,7 @@ class DiskMonitor:
             c = self._config
             self.last_usage = self._measure([Path(c.journal_dir), Path(c.ledger_dir)])
             wanted = decide_mode(self.last_usage, self.mode, c, forced=self._forced,
-                                 journal_error=self._journal_error())
+                                 journal_error=self._journal_error(), journal_damage=self._journal_damage())
             if wanted.read_only != self.mode.read_only:
                 log.warning("bookie %s going %s: %s", c.bookie_id, "read-only" if wanted.read_only else "writable",
                             wanted.reason)

@@ -31,6 +31,17 @@ Crash tolerance: a crash mid-write leaves a truncated record or a bad CRC at
 the end of a file; replay stops reading that file there (the record was never
 acknowledged). Each start writes into a fresh file, so nothing is ever
 appended after a torn tail, and a later file is still read in full.
+
+Damage that is not a torn tail: replay never resynchronises inside a file.
+The framing has no sync marker and entry payloads are client bytes, so a
+scan past a bad record can land on bytes inside a payload that form a valid
+record -- one a client could even have forged to inject an entry into
+another ledger. What is proven is the prefix before the bad record and every
+later file (each starts at offset 0, an unambiguous boundary). The scan is
+only used to *classify* each stop (``JournalDamage``): valid records after
+the bad one, or a later journal file that is not empty, mean the bad bytes
+were followed by writes, so they were synced and may have held acknowledged
+records; journal_damage.py decides what the bookie does about it.
 """
 
 from __future__ import annotations
@@ -165,6 +176,82 @@ class RecordScanner:
         self._buf.release()
 
 
+def _verified_at(buf, pos: int, end: int):
+    """(record, end offset) if a record that checks out starts at ``pos``, else None."""
+    if end - pos < _FRAME.size:
+        return None
+    length, crc = _FRAME.unpack_from(buf, pos)
+    start = pos + _FRAME.size
+    if length == 0 or length > MAX_RECORD_BYTES or end - start < length:
+        return None
+    body = buf[start : start + length]
+    if crc32c(body) != crc:
+        return None
+    record = _decode_body(body)
+    return None if record is None else (record, start + length)
+
+
+def records_after(buf, damaged_at: int) -> tuple[int, frozenset[int]]:
+    """Valid-looking records after the bad record at ``damaged_at``: (count, their ledger ids).
+
+    For classifying damage only -- these records are never applied (see the
+    module docstring). To keep random garbage from passing for a record (a
+    CRC32C matches by chance once in 2**32 positions), a candidate counts only
+    if it ends exactly at the end of the buffer or another such record follows it.
+    """
+    buf = memoryview(buf)
+    end = len(buf)
+    pos = damaged_at + 1
+    count = 0
+    ledgers: set[int] = set()
+    try:
+        while pos < end:
+            found = _verified_at(buf, pos, end)
+            if found is None or (found[1] != end and _verified_at(buf, found[1], end) is None):
+                pos += 1
+                continue
+            while found is not None:  # follow the chain
+                record, pos = found
+                count += 1
+                ledgers.add(record.ledger_id)
+                found = _verified_at(buf, pos, end)
+        return count, frozenset(ledgers)
+    finally:
+        buf.release()
+
+
+class JournalDamage(NamedTuple):
+    """Where replay of one journal file stopped early, and what follows the bad record."""
+
+    file_id: int
+    path: Path
+    offset: int
+    reason: str
+    records_after: int  # valid-looking records after it in the same file (not replayed)
+    named_ledgers: frozenset[int]  # their ledger ids: hints only, never trusted as data
+    later_file_nonempty: bool  # a later journal file holds bytes
+
+    @property
+    def torn_tail(self) -> bool:
+        """What a crash mid-write leaves: nothing after the bad bytes, in this file or a later one.
+
+        A group is written only after the previous one is synced and each
+        start opens a fresh file (deleting the old ones at its first
+        checkpoint), so a crash can tear only the last group of the last
+        written file. Anything written after the bad bytes means they had
+        been synced -- possibly acknowledged -- before they went bad.
+        """
+        return self.records_after == 0 and not self.later_file_nonempty
+
+    def describe(self) -> str:
+        what = f"journal {self.path} is corrupt at offset {self.offset} ({self.reason})"
+        if self.records_after:
+            return f"{what}, followed by {self.records_after} valid records"
+        if self.later_file_nonempty:
+            return f"{what}, and later journal files were written after it"
+        return f"{what} (torn tail)"
+
+
 def journal_file_name(file_id: int) -> str:
     return f"journal-{file_id}.log"
 
@@ -265,12 +352,19 @@ class Journal:
         self._closed = False
         self.synced_position: JournalPosition | None = None
         self.replay_stops: list[tuple[int, int, str]] = []  # (file id, offset, reason)
+        self.damage: list[JournalDamage] = []  # one per replay stop, classified
 
     # -- replay ----------------------------------------------------------
 
     def replay(self, mark: JournalPosition | None) -> Iterator[JournalRecord]:
-        """Yield every record after ``mark``, file by file, in order."""
-        for file_id in list_journal_files(self.dir):
+        """Yield every record after ``mark``, file by file, in order.
+
+        Each file that ends early is noted in ``replay_stops`` and classified
+        in ``damage``; replay goes on with the next file either way.
+        """
+        file_ids = list_journal_files(self.dir)
+        sizes = {i: (self.dir / journal_file_name(i)).stat().st_size for i in file_ids}
+        for file_id in file_ids:
             if mark is not None and file_id < mark.file_id:
                 continue
             start = mark.offset if mark is not None and file_id == mark.file_id else 0
@@ -288,11 +382,14 @@ class Journal:
                     records.close()  # drop the generator's views before the mmap closes
                     scanner.release()
                 if scanner.stopped_at is not None:
-                    # Normal after a crash mid-write; the record was never acked.
-                    log.warning(
-                        "journal %s: stopped at offset %d of %d (%s)", path, scanner.stopped_at, size, scanner.reason
+                    count, ledgers = records_after(mapped, scanner.stopped_at)
+                    damage = JournalDamage(
+                        file_id, path, scanner.stopped_at, scanner.reason, count, ledgers,
+                        any(sizes[i] > 0 for i in file_ids if i > file_id),
                     )
+                    log.warning("%s; replay of that file stops there", damage.describe())
                     self.replay_stops.append((file_id, scanner.stopped_at, scanner.reason))
+                    self.damage.append(damage)
 
     # -- writing ---------------------------------------------------------
 

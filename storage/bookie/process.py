@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -29,11 +30,17 @@ from storage.bookie.cookie import check_and_write_cookie
 from storage.bookie.disk_monitor import DiskMonitor, Mode
 from storage.bookie.gc import GarbageCollector
 from storage.bookie.http import start_http
+from storage.bookie.journal import JournalDamage
+from storage.bookie.journal_damage import Verdict, journal_verdict
 from storage.bookie.registration import Registration
 from storage.bookie.server import BookieServer
-from storage.metadata import MetadataStore, open_store
+from storage.errors import NoNodeError
+from storage.ledger_metadata import LedgerMetadata
+from storage.metadata import MetadataStore, open_store, paths
 
 log = logging.getLogger(__name__)
+
+_METADATA_BATCH = 100  # concurrent metadata reads when judging journal damage
 
 
 class BookieService:
@@ -57,27 +64,34 @@ class BookieService:
                                        "the journal or ledger dir", registry=self.registry)
 
     @classmethod
-    async def start(cls, config: BookieConfig, *, store: MetadataStore | None = None) -> "BookieService":
-        """Start a bookie. Raises CookieMismatchError, MetadataError, OSError (port in use)."""
+    async def start(
+        cls, config: BookieConfig, *, store: MetadataStore | None = None, fsync: Callable[[int], None] | None = None
+    ) -> "BookieService":
+        """Start a bookie. Raises CookieMismatchError, BookieStartupError (e.g. a damaged
+        journal, journal_damage.py), MetadataError, OSError (port in use).
+
+        ``fsync`` replaces the journal's fdatasync (tests: ``storage.bookie.faults.JournalFaults``).
+        """
         service = cls(config)
         try:
-            await service._start(store)
+            await service._start(store, fsync)
         except BaseException:
             await service.stop()
             raise
         return service
 
-    async def _start(self, store: MetadataStore | None) -> None:
+    async def _start(self, store: MetadataStore | None, fsync: Callable[[int], None] | None) -> None:
         config = self.config
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.session_timeout_s)
             self._owns_store = True
         self.store = store
         await check_and_write_cookie(store, config)
-        self.bookie = await Bookie.open(config, registry=self.registry)
+        self.bookie = await Bookie.open(config, registry=self.registry, fsync=fsync, judge_damage=self._judge_damage)
         self.server = await BookieServer.start(self.bookie, store, config, self.registry)
         bookie = self.bookie
-        self.disk_monitor = DiskMonitor(config, self._mode_changed, journal_error=lambda: bookie.journal_failed)
+        self.disk_monitor = DiskMonitor(config, self._mode_changed, journal_error=lambda: bookie.journal_failed,
+                                        journal_damage=lambda: bookie.journal_damage)
         await self.disk_monitor.check_once()  # no registration yet: this only sets the server's mode
         self.server.set_read_only(self.disk_monitor.read_only, self.disk_monitor.mode.reason)
         self._http = await start_http(self, config.host, config.http_port)
@@ -91,6 +105,25 @@ class BookieService:
         self.serving = True
         log.info("bookie %s serving on %s:%d (http %d, %s, %s)", config.bookie_id, config.host, self.port,
                  self.http_port, config.network_location, "read-only" if self.read_only else "writable")
+
+    async def _judge_damage(self, damage: list[JournalDamage], ledger_ids: set[int]) -> Verdict:
+        """Journal damage at start: which of these ledgers could lose an entry for good (ack quorum 1, here)?"""
+        store, me = self.store, self.config.bookie_id
+
+        async def unreplicated(ledger_id: int) -> bool:
+            try:
+                data, _ = await store.get(paths.ledger_path(ledger_id))
+            except NoNodeError:
+                return False  # deleted: nothing to lose
+            md = LedgerMetadata.from_bytes(data)
+            return md.ack_quorum_size < 2 and any(me in ensemble for _, ensemble in md.ensembles)
+
+        ids = sorted(ledger_ids)
+        found: list[int] = []
+        for i in range(0, len(ids), _METADATA_BATCH):
+            batch = ids[i : i + _METADATA_BATCH]
+            found += [lid for lid, bad in zip(batch, await asyncio.gather(*map(unreplicated, batch))) if bad]
+        return journal_verdict(damage, self.config.journal_corruption_policy, found)
 
     async def _mode_changed(self, mode: Mode) -> None:
         if self.server is not None:

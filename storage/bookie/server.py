@@ -211,8 +211,9 @@ class BookieServer:
                 return await self._add(request)
             if type(request) is p.ReadRequest:
                 if request.fence:
-                    await self.bookie.fence(request.ledger_id, request.master_key)
-                body = await self.bookie.read_entry(request.ledger_id, request.entry_id)
+                    body = await self.bookie.fencing_read(request.ledger_id, request.entry_id, request.master_key)
+                else:
+                    body = await self.bookie.read_entry(request.ledger_id, request.entry_id)
                 return p.ReadResponse(request.rid, p.OK, request.ledger_id, request.entry_id, body)
             if type(request) is p.ReadLacRequest:
                 return p.ReadLacResponse(request.rid, p.OK, request.ledger_id, self.bookie.read_lac(request.ledger_id))

@@ -4,7 +4,7 @@ A test builds a ``FaultPlan``, passes it in the client context, and scripts
 what the next requests to a bookie meet -- no sleeps, no races:
 
     plan.fail_nth("b1", 3, BookieTimeoutError("scripted"), ops={"add"})
-    hold = plan.hold_next("b2", ops={"add"})
+    hold = plan.hold_next("b2", ops={"add"})             # or entry_id=9: only that entry's request
     await hold.reached          # the request is parked
     ...                         # do the thing that must happen "meanwhile"
     hold.release()              # now it goes to the bookie (or hold.fail(exc))
@@ -54,10 +54,15 @@ class _Rule:
     exc: BaseException | None = None
     hold: Hold | None = None
     corrupt: bool = False
+    entry_id: int | None = None  # only requests for this entry (args[1]: ledger, entry, ...)
     hits: int = 0
 
-    def matches(self, bookie_id: str, op: str) -> bool:
-        return (self.bookie_id is None or self.bookie_id == bookie_id) and (self.ops is None or op in self.ops)
+    def matches(self, bookie_id: str, op: str, args: tuple) -> bool:
+        return (
+            (self.bookie_id is None or self.bookie_id == bookie_id)
+            and (self.ops is None or op in self.ops)
+            and (self.entry_id is None or (len(args) > 1 and args[1] == self.entry_id))
+        )
 
 
 @dataclass
@@ -79,9 +84,9 @@ class FaultPlan:
     def fail_all(self, bookie_id: str | None, exc: BaseException, ops=None) -> _Rule:
         return self._add(_Rule(bookie_id, _ops(ops), 0, None, exc=exc))
 
-    def hold_next(self, bookie_id: str | None, ops=None, nth: int = 1) -> Hold:
+    def hold_next(self, bookie_id: str | None, ops=None, nth: int = 1, entry_id: int | None = None) -> Hold:
         hold = Hold()
-        self._add(_Rule(bookie_id, _ops(ops), nth - 1, 1, hold=hold))
+        self._add(_Rule(bookie_id, _ops(ops), nth - 1, 1, hold=hold, entry_id=entry_id))
         return hold
 
     def corrupt_reads(self, bookie_id: str, times: int | None = None) -> _Rule:
@@ -101,7 +106,7 @@ class FaultPlan:
     def intercept(self, bookie_id: str, op: str, args: tuple) -> Verdict | None:
         self.requests.append((bookie_id, op))
         for rule in self.rules:
-            if not rule.matches(bookie_id, op):
+            if not rule.matches(bookie_id, op, args):
                 continue
             if rule.skip > 0:
                 rule.skip -= 1

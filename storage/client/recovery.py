@@ -12,7 +12,14 @@ How this works
    writer can never again get an add acknowledged. Fewer answers ->
    ``LedgerRecoveryError`` (retriable). Each answer is that bookie's last
    entry, carrying the LAC piggybacked when it was written; take the max.
-3. Every entry up to that LAC is acknowledged. Read forward from LAC + 1:
+3. Every entry up to that LAC is acknowledged. Read forward from LAC + 1,
+   every read with FLAG_FENCE too (as BookKeeper does): a bookie answers a
+   fencing read only once its fence -- and so every add queued before it --
+   is durable. A plain read could reach a slow bookie whose journal still
+   holds an add of the old writer: "no such entry" now, an acknowledgement
+   a moment later, and recovery would close the ledger without an entry the
+   writer saw acknowledged. A fencing read makes "missing" mean "missing
+   for good" (a straggler from step 2 gets fenced here at the latest):
    an entry found on any replica is re-added verbatim with FLAG_RECOVERY to
    its full write set (through a recovery-mode ``LedgerHandle``, so failed
    bookies get an ensemble change here too); stop at the first entry that is
@@ -213,11 +220,12 @@ class LedgerRecovery:
         """(body, length) from some replica, or _MISSING when enough replicas lack it."""
         ctx = self._ctx
         need_missing = md.write_quorum_size - md.ack_quorum_size + 1
+        key = master_key(md.password)
         missing = 0
         errors = []
         for bookie in replica_order(ctx, md.write_set(entry_id)):
             try:
-                resp = await ctx.pool.read(bookie, self._lid, entry_id)
+                resp = await ctx.pool.read(bookie, self._lid, entry_id, fence=True, master_key=key)
             except _NOT_THERE:
                 missing += 1
                 if missing >= need_missing:

@@ -19,6 +19,7 @@ from storage import digest
 from storage.bookie.bookie import Bookie
 from storage.bookie.config import BookieConfig
 from storage.bookie.entrylog import entry_log_name
+from storage.bookie.faults import JournalFaults
 from storage.bookie.index import LedgerIndex
 from storage.bookie.journal import journal_file_name, list_journal_files, read_mark
 from storage.errors import (
@@ -133,6 +134,32 @@ async def test_add_is_acknowledged_only_after_journal_fsync(tmp_path):
     release.set()
     await asyncio.wait_for(add, DEADLINE_S)
     assert await b.read_entry(1, 0) == entry(1, 0)
+    await b.close()
+
+
+async def test_fence_returns_only_after_adds_queued_before_it_and_refencing_journals_nothing(tmp_path):
+    faults = JournalFaults()
+    b = await Bookie.open(make_config(tmp_path), fsync=faults)
+    await add_all(b, 1, [0])
+    hold = faults.hold_next_fsync()
+    add = asyncio.ensure_future(b.add_entry(1, 1, entry(1, 1), KEY, False))
+    await asyncio.wait_for(hold.reached, DEADLINE_S)  # entry 1 is written, not yet synced
+    seen_lac = {}
+    first, second = asyncio.ensure_future(b.fence(1, KEY)), asyncio.ensure_future(b.fence(1, KEY))
+    for name, fut in (("first", first), ("second", second)):
+        fut.add_done_callback(lambda _f, name=name: seen_lac.setdefault(name, b.read_lac(1)))
+    await asyncio.sleep(0)  # one loop turn: each fence runs its first step, which raises the flag
+    with pytest.raises(NoSuchEntryError):  # a plain read answers at once: not there (yet)
+        await b.read_entry(1, 1)
+    with pytest.raises(LedgerFencedError):  # the flag is up at once
+        await b.add_entry(1, 2, entry(1, 2), KEY, False)
+    hold.release()
+    await asyncio.wait_for(asyncio.gather(add, first, second), DEADLINE_S)
+    # Entry 1 carries LAC 0: both fences returned only once it was applied.
+    assert seen_lac == {"first": 0, "second": 0}
+    fsyncs = faults.fsyncs
+    await b.fence(1, KEY)  # durably fenced already: nothing to journal, nothing to wait for
+    assert faults.fsyncs == fsyncs
     await b.close()
 
 

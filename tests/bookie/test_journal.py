@@ -1,4 +1,4 @@
-"""Journal: record codec, torn tails, rotation, checkpoint mark, group commit, ack-after-fsync."""
+"""Journal: record codec, torn tails, damage classification, rotation, checkpoint mark, group commit, ack-after-fsync."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from storage.bookie.journal import (
     JournalRecord,
     RecordScanner,
     encode_record,
+    records_after,
     journal_file_name,
     list_journal_files,
     read_mark,
@@ -365,3 +366,77 @@ async def test_halt_drops_queued_records_like_a_crash(tmp_path):
         with pytest.raises(BookieShuttingDownError):
             await fut
     assert list(Journal(config.journal_dir, config).replay(None)) == [JournalRecord(FENCE, 1)]
+
+
+# ---- damage that is not a torn tail ---------------------------------------------
+
+
+def test_records_after_a_bad_record_are_counted_with_their_ledgers():
+    good = [encode_record(JournalRecord(ADD, 7, i, b"x" * 30)) for i in range(3)]
+    later = [encode_record(JournalRecord(ADD, 8, 0, b"y" * 30)), encode_record(JournalRecord(FENCE, 9))]
+    bad = bytearray(good[1])
+    bad[12] ^= 0x01  # a flipped body bit: crc mismatch
+    buf = good[0] + bytes(bad) + good[2] + b"".join(later)
+    scanner = RecordScanner(buf)
+    assert [r.entry_id for r, _ in scanner] == [0]
+    assert scanner.stopped_at == len(good[0])
+    assert records_after(buf, scanner.stopped_at) == (3, frozenset({7, 8, 9}))
+
+
+@pytest.mark.parametrize("tail", [
+    b"\x00" * 4096,  # zero-filled, as some filesystems leave an unsynced extent
+    bytes(range(256)) * 16,  # garbage
+    encode_record(JournalRecord(ADD, 7, 5, b"z" * 200))[:150],  # half a record
+])
+def test_nothing_after_a_torn_tail(tail):
+    head = encode_record(JournalRecord(ADD, 7, 0, b"x" * 30))
+    assert records_after(head + tail, len(head)) == (0, frozenset())
+
+
+def test_a_lone_lucky_crc_in_garbage_does_not_count_but_a_record_ending_the_file_does():
+    lone = encode_record(JournalRecord(FENCE, 3))
+    assert records_after(b"\xff" * 9 + lone + b"\xff" * 9, 0) == (0, frozenset())  # neither chained nor at the end
+    assert records_after(b"\xff" * 9 + lone, 0) == (1, frozenset({3}))
+
+
+def _write_journal_file(config, file_id: int, chunks: list[bytes]) -> None:
+    config.journal_dir.mkdir(parents=True, exist_ok=True)
+    (config.journal_dir / journal_file_name(file_id)).write_bytes(b"".join(chunks))
+
+
+def test_replay_classifies_a_mid_file_corruption_and_never_resynchronises(tmp_path):
+    """Records after the bad one are proven by their own CRC but not by their framing:
+    an entry payload can carry bytes that form a valid record (here a forged ADD to
+    ledger 99), so replay stops at the damage and only reports what follows."""
+    config = make_config(tmp_path)
+    forged = encode_record(JournalRecord(ADD, 99, 0, b"injected"))
+    written = [JournalRecord(ADD, 7, 0, b"a" * 20), JournalRecord(ADD, 7, 1, b"payload:" + forged),
+               JournalRecord(ADD, 7, 2, b"c" * 20)]
+    chunks = [encode_record(r) for r in written]
+    damaged = bytearray(chunks[1])
+    damaged[0:4] = struct.pack(">I", 13)  # the length now ends mid-payload, just before the forged record
+    _write_journal_file(config, 1, [chunks[0], bytes(damaged), chunks[2]])
+    journal = Journal(config.journal_dir, config)
+    assert list(journal.replay(None)) == written[:1]
+    (damage,) = journal.damage
+    assert (damage.file_id, damage.offset, damage.reason) == (1, len(chunks[0]), "record crc mismatch")
+    assert damage.records_after == 2 and damage.named_ledgers == {7, 99}  # a hint, never applied
+    assert not damage.torn_tail
+    assert f"journal-1.log is corrupt at offset {len(chunks[0])}" in damage.describe()
+
+
+def test_replay_classifies_torn_tails(tmp_path):
+    config = make_config(tmp_path)
+    a, b = encode_record(JournalRecord(ADD, 7, 0, b"a" * 20)), encode_record(JournalRecord(ADD, 7, 1, b"b" * 20))
+    _write_journal_file(config, 1, [a, b[:10]])  # torn by a crash...
+    _write_journal_file(config, 2, [])  # ...then a restart crashed before its first checkpoint
+    journal = Journal(config.journal_dir, config)
+    assert len(list(journal.replay(None))) == 1
+    assert [d.torn_tail for d in journal.damage] == [True]
+
+    # The same tear with records in a later file was no crash tear: later writes followed it.
+    _write_journal_file(config, 2, [b])
+    journal = Journal(config.journal_dir, config)
+    assert len(list(journal.replay(None))) == 2
+    (damage,) = journal.damage
+    assert not damage.torn_tail and damage.records_after == 0 and damage.later_file_nonempty

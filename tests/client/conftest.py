@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from storage.bookie.config import BookieConfig
+from storage.bookie.faults import JournalFaults
 from storage.bookie.process import BookieService
 from storage.client import ClientConfig, FaultPlan, LedgerClient
 from storage.errors import NoSuchEntryError
@@ -86,6 +87,7 @@ class Cluster:
         self.root = root
         self.url = url
         self.services: dict[str, BookieService] = {}
+        self.journal_faults: dict[str, JournalFaults] = {}  # per bookie: hold_next_fsync()
         self.clients: list[LedgerClient] = []
         self.store = None
 
@@ -101,8 +103,10 @@ class Cluster:
                 network_location=f"/{zones[i % len(zones)]}/ud{i}",
                 read_only_mode_enabled=False,  # a shared dev disk must not flip bookies read-only mid-test
             ).validate()
-            service = await BookieService.start(config)
+            faults = JournalFaults()
+            service = await BookieService.start(config, fsync=faults)
             self.services[service.bookie_id] = service
+            self.journal_faults[service.bookie_id] = faults
             ids.append(service.bookie_id)
         return ids
 

@@ -171,3 +171,43 @@ async def test_writer_metadata_conflict_after_recovery_marks_in_recovery(cluster
     for h in holds:
         h.release()
     assert (await task).last_add_confirmed == 2
+
+
+async def test_recovery_read_waits_for_an_add_still_in_a_slow_bookies_journal(cluster):
+    """Entry 9 sits in e0's journal, written but not yet fsynced, while another client recovers.
+
+    Fenced e1 and e2 answer the fence; e0's answer waits behind the held fsync,
+    so recovery goes on without it. If recovery then takes e0's "no entry 9"
+    for "never had it", it closes the ledger at 8 -- and when the fsync
+    completes, e0 acknowledges entry 9 to the old writer, which now has its
+    ack quorum (e0 + e2) for an entry that is not in the ledger.
+    """
+    await cluster.start_bookies(3)
+    writer_plan = FaultPlan()
+    writer_client = await cluster.client(faults=writer_plan)
+    writer = await writer_client.create_ledger(3, 3, 2)
+    await write(writer, 9)
+    e0, e1, e2 = writer.ensemble  # entry 9's write set starts at position 0: e0 is asked first
+    fsync = cluster.journal_faults[e0].hold_next_fsync()
+    e1_copy = writer_plan.hold_next(e1, ops={"add"})
+    pending = writer.add_entry_async(b"r9")
+    await fsync.reached
+    await e1_copy.reached
+    await wait_for_copy(writer_client, e2, writer.ledger_id, 9)
+
+    reader_plan = FaultPlan()
+    reader_client = await cluster.client(faults=reader_plan)
+    to_e0 = reader_plan.hold_next(e0, ops={"read", "fence_read"}, entry_id=9)
+    recovery = asyncio.ensure_future(reader_client.open_ledger(writer.ledger_id))
+    await to_e0.reached  # e1 and e2 are fenced; recovery asks e0 for entry 9
+    to_e0.release()
+    await asyncio.sleep(0)  # one loop turn: the release callback queues the read on e0's connection
+    # Queued behind it on the same connection: once this is answered, e0 has taken the entry-9 read.
+    await reader_client.context.pool.read_lac(e0, writer.ledger_id)
+    fsync.release()
+
+    reader = await recovery
+    assert await pending == 9, "e0 and e2 make the ack quorum: entry 9 is acknowledged to the writer"
+    assert reader.last_add_confirmed == 9, "an acknowledged entry is missing from the recovered ledger"
+    assert (await reader.read_entry(9)).payload == b"r9"
+    e1_copy.release()  # reaches a fenced bookie; the add was acknowledged already

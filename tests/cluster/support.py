@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 
 import pulsar
@@ -48,25 +49,29 @@ def topics_in(bundle, count: int, prefix: str, bundles: NamespaceBundles | None 
 
 class Production:
     """Sends 0, 1, 2, ... on each producer from its own thread, one send at a time. A failed send is recorded as
-    an error the application saw and retried with the same value (it may have been stored)."""
+    an error the application saw and retried with the same value (it may have been stored). Each producer's
+    receipts are kept as (monotonic time of the ack, ledger id): a new owner writes a new ledger."""
 
     def __init__(self, api, producers: list):
         self.api = api
         self.acked: list[list[int]] = [[] for _ in producers]
+        self.receipts: list[list[tuple[float, int]]] = [[] for _ in producers]
         self.errors: list[Exception] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(p, acked)) for p, acked in zip(producers, self.acked)]
+        self._threads = [threading.Thread(target=self._run, args=args)
+                         for args in zip(producers, self.acked, self.receipts)]
         for t in self._threads:
             t.start()
 
-    def _run(self, producer, acked: list[int]) -> None:
+    def _run(self, producer, acked: list[int], receipts: list[tuple[float, int]]) -> None:
         i = 0
         while not self._stop.is_set():
             try:
-                producer.send(f"{i}".encode())
+                message_id = producer.send(f"{i}".encode())
             except self.api.PulsarException as exc:
                 self.errors.append(exc)
                 continue
+            receipts.append((time.monotonic(), message_id.ledger_id()))
             acked.append(i)
             i += 1
 

@@ -102,7 +102,7 @@ class ZooKeeperServer:
             "initLimit=10\nsyncLimit=5\n"
             "maxClientCnxns=0\n"
             "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr,mntr,stat\n"
+            "4lw.commands.whitelist=ruok,srvr,mntr,stat,cons\n"
         )
         log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:

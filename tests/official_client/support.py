@@ -51,12 +51,21 @@ def distinct_in_order(consumer, count: int, timeout_s: float = 60.0) -> list[int
     """The first ``count`` distinct integer payloads, in arrival order. A send whose receipt was lost in a
     hand-off or restart is resent and may be stored twice (at-least-once without dedup); the repeat comes
     after the original, so it is dropped by keeping only values above the highest seen."""
-    seen, highest = [], -1
+    seen, highest, dropped = [], -1, []
     while len(seen) < count:
-        v = int(receive_n(consumer, 1, timeout_s=timeout_s)[0].data())
+        try:
+            v = int(receive_n(consumer, 1, timeout_s=timeout_s)[0].data())
+        except AssertionError as exc:
+            # Name what came instead: a value dropped below the highest that never came back means the log
+            # (or the delivery) was out of order, not that nothing arrived.
+            missing = sorted(set(range(count)) - set(seen))[:10]
+            raise AssertionError(f"{len(seen)} of {count} distinct values, last {seen[-5:]}; dropped as repeats "
+                                 f"{dropped[-10:]} ({len(dropped)} in all); first missing {missing}") from exc
         if v > highest:
             seen.append(v)
             highest = v
+        else:
+            dropped.append(v)
     return seen
 
 

@@ -133,6 +133,9 @@ class Consumer(_Facade):
     def subscription_name(self) -> str:
         return self._inner.subscription_name()
 
+    def consumer_name(self) -> str:
+        return self._inner.consumer_name()
+
 
 class Reader(_Facade):
     def read_next(self, timeout_millis: int | None = None):

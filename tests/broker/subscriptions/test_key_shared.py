@@ -12,7 +12,7 @@ from broker.errors import ConsumerAssignError
 from broker.subscriptions import ConsumerRef
 from broker.subscriptions.key_shared import (
     STICKY_KEY_HASH_RANGE, ConsistentHashingSelector, RecentlyJoined, StickyRangesSelector, assign_entries,
-    joins_as_recent, murmur3_32, sticky_key_hash,
+    joins_as_recent, murmur3_32, select_replay, sticky_key_hash,
 )
 
 
@@ -325,6 +325,61 @@ def test_assign_entries_holds_back_new_entries_from_a_recent_consumer():
     result = assign_entries(batch[1:2], FixedSelector({3: B}), {B: 5}, recently_joined=joined,
                             mark_delete_position=(1, 1))
     assert result.by_consumer == {B: [batch[1]]}
+
+
+@pytest.mark.parametrize("entries, waiting, sent, later", [
+    # an older entry of key 1 waits at (1, 5): a newer one waits behind it, an older one may go
+    ([(7, 1), (8, 2)], {1: (1, 5)}, {A: [8]}, [7]),
+    ([(3, 1)], {1: (1, 5)}, {A: [3]}, []),
+    # entries read back from the replay queue left it first: nothing older waits, so they go in order
+    ([(5, 1), (6, 1)], {}, {A: [5, 6]}, []),
+])
+def test_assign_entries_waits_only_behind_older_entries_of_the_key(entries, waiting, sent, later):
+    batch = [Entry((1, e), k) for e, k in entries]
+    result = assign_entries(batch, FixedSelector({1: A, 2: A}), {A: 5}, waiting_since=waiting)
+    assert {c: [e.position[1] for e in es] for c, es in result.by_consumer.items()} == sent
+    assert [e.position[1] for e in result.replay_later] == later
+
+
+@pytest.mark.parametrize("waiting, permits, count, chosen", [
+    # keys 1, 2 -> A; key 3 -> B. A is busy: only B's entries are read again
+    ([(0, 1), (1, 3), (2, 2), (3, 3)], {A: 0, B: 5}, 10, [1, 3]),
+    # the head of the queue is a busy consumer's: it does not stop the others (the Key_Shared stall)
+    ([(e, 1) for e in range(50)] + [(50, 3)], {A: 0, B: 1}, 10, [50]),
+    # permits count entries; once a key stays, its later entries stay
+    ([(0, 1), (1, 1), (2, 2)], {A: 1}, 10, [0]),
+    # at most ``count``
+    ([(0, 3), (1, 3), (2, 3)], {B: 9}, 2, [0, 1]),
+    # a position whose key is unknown (given back by a consumer) is always read: its key is learned then
+    ([(0, None), (1, 1)], {A: 0}, 10, [0]),
+    # nobody owns key 9 (a STICKY gap): it stays
+    ([(0, 9), (1, 3)], {B: 5}, 10, [1]),
+])
+def test_select_replay_table(waiting, permits, count, chosen):
+    selector = FixedSelector({1: A, 2: A, 3: B})
+    picked = select_replay([((1, e), k) for e, k in waiting], selector, permits, count)
+    assert [p[1] for p in picked] == chosen
+
+
+def test_select_replay_keeps_a_recent_consumers_newer_entries():
+    joined = RecentlyJoined()
+    joined.add(B, (1, 2))
+    waiting = [((1, 1), 3), ((1, 2), 3), ((1, 3), 1)]
+    picked = select_replay(waiting, FixedSelector({1: A, 3: B}), {A: 5, B: 5}, 10,
+                           recently_joined=joined, mark_delete_position=(1, 0))
+    assert picked == [(1, 1), (1, 3)]
+
+
+def test_recently_joined_at_a_ledger_boundary_is_released_by_the_last_ack_of_the_previous_ledger():
+    """With the managed ledger's next position, a consumer that joined at (2, 0) is free once (1, 9), the last
+    entry of ledger 1, is acknowledged; within-ledger arithmetic would wait for (2, 0) itself, which the
+    newcomer may own: a deadlock."""
+    next_position = lambda p: (2, 0) if tuple(p) == (1, 9) else (p[0], p[1] + 1)  # noqa: E731
+    joined = RecentlyJoined(next_position)
+    joined.add(B, (2, 0))
+    assert not joined.allowed(B, (2, 0), (1, 8))
+    assert joined.allowed(B, (2, 0), (1, 9))
+    assert joined.prune((1, 9)) == [B]
 
 
 @settings(max_examples=200)

@@ -85,3 +85,15 @@ def test_replay_queue_is_a_sorted_set(ops):
             assert queue.discard_up_to(position) == sorted(p for p in model if p <= position)
             model = {p for p in model if p > position}
         assert list(queue) == sorted(model)
+
+
+def test_replay_queue_lists_key_hashes_and_the_oldest_waiting_entry_of_each_key():
+    queue = ReplayQueue()
+    queue.add((1, 5), 7)
+    queue.add((1, 2), 9)
+    queue.add((1, 3))  # given back by a consumer: key unknown
+    queue.add((1, 1), 7)
+    assert queue.items() == [((1, 1), 7), ((1, 2), 9), ((1, 3), None), ((1, 5), 7)]
+    assert queue.earliest_by_key_hash() == {7: (1, 1), 9: (1, 2)}
+    queue.discard((1, 1))
+    assert queue.earliest_by_key_hash() == {7: (1, 5), 9: (1, 2)}

@@ -422,19 +422,31 @@ class AsyncConsumer:
     # ---- position ---------------------------------------------------------------------------
 
     async def seek(self, target) -> None:
-        """Seek to a MessageId or a publish time (ms); the broker closes us and we resubscribe."""
+        """Seek to a MessageId or a publish time (ms); the broker closes us and we resubscribe.
+
+        The broker closes the consumer before it answers, so by the answer the resubscription has begun and
+        has dropped what was queued (``_connect``); what arrives after that is from the new position. Only
+        when no resubscription started yet is the queue dropped here. As in the official clients, the
+        message at a sought id is skipped unless the reader was made with ``start_message_id_inclusive``.
+        """
+        if self._reconnecting is not None and not self._reconnecting.done():
+            await asyncio.shield(self._reconnecting)  # e.g. still subscribing again after the previous seek
         req = pb.CommandSeek(consumer_id=self.consumer_id, request_id=self.conn.next_request_id())
         if isinstance(target, MessageId):
             req.message_id.CopyFrom(target.to_proto())
             if self.durable:
                 self._seek_to = (target, False)
             else:
-                self.start_message_id, self.start_inclusive, self._last_dequeued = target, True, None
+                self.start_message_id, self._last_dequeued = target, None
         else:
             req.message_publish_time = int(target)
             self._seek_to = None
+            if not self.durable:  # no id to filter by: start where the broker puts the cursor
+                self.start_message_id, self._last_dequeued = None, None
+        generation = self._generation
         await self.conn.request(T.SEEK, "seek", req)
-        self._drop_queued()
+        if generation == self._generation:
+            self._drop_queued()
 
     async def get_last_message_id(self) -> MessageId:
         resp = await self.conn.request(T.GET_LAST_MESSAGE_ID, "getLastMessageId",
