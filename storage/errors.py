@@ -287,3 +287,8 @@ class InvalidManagedLedgerNameError(ManagedLedgerError):
 @register(406)
 class ManagedLedgerConfigError(ManagedLedgerError):
     """The managed ledger configuration is not valid."""
+
+
+@register(407)
+class CursorStateCorruptError(ManagedLedgerError):
+    """A persisted cursor state cannot be decoded."""

@@ -2,9 +2,12 @@
 
 Permits count messages, as in Pulsar: the client grants them with FLOW and
 each delivered entry spends the number of messages in it (a batch spends its
-batch size), so a consumer may briefly be below zero. What was sent and not
-yet acknowledged is the consumer's pending-ack set; when the consumer leaves,
-the subscription hands those positions to the next consumer.
+batch size less the messages already acknowledged by batch index, which the
+client drops and never counts: otherwise a consumer fed partly acknowledged
+batches runs out of permits for good), so a consumer may briefly be below
+zero. What was sent and not yet acknowledged is the consumer's pending-ack
+set; when the consumer leaves, the subscription hands those positions to the
+next consumer.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ class DispatchedEntry:
     key_hash: int = 0
     redelivery_count: int = 0
     ack_set: list[int] | None = None  # batch indexes still unacknowledged, as a long-array bitset
+
+    @property
+    def messages_to_deliver(self) -> int:
+        if self.ack_set is None:
+            return self.num_messages
+        return min(self.num_messages, sum(bin(w & 0xFFFF_FFFF_FFFF_FFFF).count("1") for w in self.ack_set))
 
 
 @dataclass(eq=False)
@@ -60,7 +69,7 @@ class Consumer:
         """Send entries as MESSAGE commands, spend permits, remember them as pending acks."""
         for e in entries:
             self.connection.send_message(self.consumer_id, e.position, e.data, e.redelivery_count, e.ack_set, self.partition_index)
-            self.permits -= e.num_messages
+            self.permits -= e.messages_to_deliver
             self.msg_out += e.num_messages
             self.bytes_out += len(e.data)
             if self.track_pending_acks:

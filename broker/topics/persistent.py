@@ -312,6 +312,7 @@ class PersistentTopic:
                     "markDeletePosition": "%d:%d" % tuple(c.mark_delete_position),
                     "readPosition": "%d:%d" % tuple(c.read_position),
                     "individuallyDeletedMessages": str(c.individually_deleted_ranges),
+                    "totalNonContiguousDeletedMessagesRange": c.individually_deleted_range_count,
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
                 }

@@ -3,6 +3,13 @@
 Defaults are Pulsar's (managedLedgerMaxEntriesPerLedger=50000,
 managedLedgerMaxSizePerLedgerMbytes=2048, min/max ledger rollover 10 min /
 4 h, retention 0/0 = delete what every cursor has consumed; -1 = keep forever).
+
+Cursor state is never capped: Pulsar's ``managedLedgerMaxUnackedRangesToPersist``
+(drop ranges beyond 10,000) has no equivalent here. What remains bounded is
+where a big state goes: the metadata-store snapshot holds the ranges only up
+to ``max_unacked_ranges_to_persist_in_metadata_store`` (Pulsar's
+``managedLedgerMaxUnackedRangesToPersistInMetadataStore``, 1000); the cursor
+ledger always holds them all, in entries of at most ``cursor_state_chunk_bytes``.
 """
 
 from __future__ import annotations
@@ -10,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.errors import ManagedLedgerConfigError
+
+MIN_CHUNK_BYTES = 256
+MAX_CHUNK_BYTES = 4 * 1024 * 1024  # room under a 5 MiB entry limit for the chunk's framing
 
 
 @dataclass(frozen=True)
@@ -24,7 +34,9 @@ class ManagedLedgerConfig:
     retention_time_s: float = 0
     retention_size_mb: float = 0
     cursor_max_entries_per_ledger: int = 50_000
-    max_unacked_ranges_to_persist: int = 10_000
+    cursor_max_size_per_ledger_mb: float = 64  # a cursor ledger is also replaced once this much state was written to it
+    cursor_state_chunk_bytes: int = 1024 * 1024  # well under the ledger client's 5 MiB max_entry_bytes
+    max_unacked_ranges_to_persist_in_metadata_store: int = 1000
     cache_size_mb: float = 64
     password: bytes = b""
 
@@ -34,10 +46,16 @@ class ManagedLedgerConfig:
             raise ManagedLedgerConfigError(
                 f"need ensemble >= write quorum >= ack quorum >= 1, got "
                 f"{self.ensemble_size}/{self.write_quorum_size}/{self.ack_quorum_size}")
-        for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger",
-                     "max_unacked_ranges_to_persist"):
+        for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger"):
             if getattr(self, name) < 1:
                 raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cursor_max_size_per_ledger_mb <= 0:
+            raise ManagedLedgerConfigError("cursor_max_size_per_ledger_mb must be > 0")
+        if self.max_unacked_ranges_to_persist_in_metadata_store < 0:
+            raise ManagedLedgerConfigError("max_unacked_ranges_to_persist_in_metadata_store must be >= 0")
+        if not MIN_CHUNK_BYTES <= self.cursor_state_chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ManagedLedgerConfigError(
+                f"cursor_state_chunk_bytes must be in [{MIN_CHUNK_BYTES}, {MAX_CHUNK_BYTES}], got {self.cursor_state_chunk_bytes}")
         if not 0 <= self.min_ledger_rollover_time_s <= self.max_ledger_rollover_time_s:
             raise ManagedLedgerConfigError("need 0 <= min_ledger_rollover_time_s <= max_ledger_rollover_time_s")
         for name in ("retention_time_s", "retention_size_mb"):

@@ -27,6 +27,10 @@ class Hooks:
     async def before_delete_ledger(self, ml, ledger_id: int) -> None:
         return None
 
+    async def before_cursor_chunk(self, cursor, ledger_id: int, index: int, count: int) -> None:
+        """Before chunk ``index`` of ``count`` of a cursor state is added to cursor ledger ``ledger_id``."""
+        return None
+
 
 class ManagedLedgerFactory:
     def __init__(self, store, client, *, clock=time.time, hooks: Hooks | None = None):

@@ -6,7 +6,8 @@ creation time), ledgers removed from the list but not yet deleted
 next open) and properties. ``/managed-ledgers/<name>/<quoted cursor name>``
 holds a cursor's snapshot: its mark-delete position, properties, the ledger
 that records its later changes, and (when small) its individually deleted
-ranges. Both are JSON, changed only by conditional writes.
+ranges and batch-index acks (see cursor_state.py). Both are JSON, changed
+only by conditional writes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import urllib.parse
 from dataclasses import asdict, dataclass, field
 
 from storage.errors import InvalidManagedLedgerNameError
-from storage.managed_ledger.position import Position
 
 ROOT = "/managed-ledgers"
 
@@ -52,26 +52,6 @@ class ManagedLedgerInfo:
         )
 
 
-@dataclass
-class CursorState:
-    """Everything a durable cursor must restore exactly."""
-
-    mark_delete: Position
-    deleted: list[tuple[int, int, int]] = field(default_factory=list)  # (ledger, first entry, last entry) ranges
-    batch_deleted: dict[str, list[int]] = field(default_factory=dict)  # "ledger:entry" -> acked batch indexes
-    properties: dict[str, int] = field(default_factory=dict)
-
-    def to_doc(self) -> dict:
-        return {"mark_delete": list(self.mark_delete), "deleted": [list(r) for r in self.deleted],
-                "batch_deleted": self.batch_deleted, "properties": self.properties}
-
-    @classmethod
-    def from_doc(cls, doc: dict) -> "CursorState":
-        return cls(Position(*doc["mark_delete"]), [tuple(r) for r in doc.get("deleted", [])],
-                   {k: list(v) for k, v in doc.get("batch_deleted", {}).items()},
-                   {k: int(v) for k, v in doc.get("properties", {}).items()})
-
-
 def ledger_path(name: str) -> str:
     check_name(name)
     return f"{ROOT}/{name}"
@@ -97,18 +77,3 @@ def check_name(name: str) -> str:
     if any(part in (".", "..") for part in name.split("/")):
         raise InvalidManagedLedgerNameError(f"invalid managed ledger name {name!r}: '.' and '..' are not allowed")
     return name
-
-
-def positions_to_ranges(positions) -> list[tuple[int, int, int]]:
-    """Sorted positions -> (ledger, first, last) runs of consecutive entries."""
-    out: list[list[int]] = []
-    for ledger_id, entry_id in sorted(positions):
-        if out and out[-1][0] == ledger_id and out[-1][2] == entry_id - 1:
-            out[-1][2] = entry_id
-        else:
-            out.append([ledger_id, entry_id, entry_id])
-    return [tuple(r) for r in out]
-
-
-def ranges_to_positions(ranges) -> set[Position]:
-    return {Position(l, e) for l, first, last in ranges for e in range(first, last + 1)}

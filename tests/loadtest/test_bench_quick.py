@@ -90,3 +90,15 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
         assert f"]({chart})" in text
         assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cursor_suite_quick_measures_both_representations(tmp_path):
+    result, doc = run_suite("cursor", tmp_path, timeout_s=300)
+    assert "cursor ack state, 100,000 holes" in result.stdout
+    for pattern in ("alternate", "random"):
+        r = doc["results"][pattern]
+        assert r["holes"] == 100_000 and abs(r["ranges"] - 100_000) <= 100  # ledger ends split or join a few
+        assert 0 < r["memory_new_bytes"] < r["memory_old_set_bytes"]
+        assert r["persist_new_s"] == r["persist_new_encode_s"] + r["persist_new_write_s"] > 0
+        assert r["persist_old_capped_ranges"] == 10_000 and r["persist_old_full_encode_s"] > 0
+        assert 0 < r["next_100_to_read_new_ms"] < r["next_100_to_read_old_ms"]

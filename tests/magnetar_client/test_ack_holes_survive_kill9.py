@@ -1,0 +1,150 @@
+"""100,000 acknowledgement holes survive a kill -9 of the broker exactly (Pulsar drops those past 10,000),
+and so do 50,000 batch-index acknowledgements spread over 1,000 partly acknowledged batches.
+
+How: 200,000 single-message entries (batching off, send_async with a window of 4,000 in flight) on a
+subscription whose consumer is closed meanwhile, so nothing is dispatched while producing. A consumer then
+acknowledges every other entry with ACK commands of 1,000 message ids each, every one carrying a request
+id: the broker answers only once the acks are durable, so when the last answer is in, kill -9 can lose
+nothing. After the restart the consumer must get exactly the 100,000 unacknowledged entries, then a
+sentinel published after the restart: the subscription is Exclusive, so delivery is in log order and
+anything acknowledged that came back would arrive before the sentinel.
+
+The managed ledger is written with one replica (E1/Qw1/Qa1): replication has nothing to do with what is
+tested, and it halves the time spent producing on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+import urllib.request
+
+from magnetar.asyncio.client import AsyncClient
+from magnetar.asyncio.consumer import ConsumerType, _bitset
+from magnetar.protocol import pulsar_api_pb2 as pb
+from tests.harness.processes import wait_until
+
+HOLES = 100_000
+ONE_REPLICA = {f"MAGNETAR_BROKER_MANAGED_LEDGER_{k}": "1" for k in ("ENSEMBLE_SIZE", "WRITE_QUORUM", "ACK_QUORUM")}
+TOPIC = "persistent://public/default/ack-holes"
+BATCH_TOPIC = "persistent://public/default/batch-ack-holes"
+
+
+async def _produce(client, n: int, topic: str = TOPIC, **batching) -> list:
+    producer = await client.create_producer(topic, max_pending_messages=5000, send_timeout_millis=120_000,
+                                            **(batching or {"batching_enabled": False}))
+    window, ids = collections.deque(), []
+    for i in range(n):
+        if len(window) >= 4000:
+            ids.append(await window.popleft())
+        window.append(producer.send_async(b"%d" % i))
+    while window:
+        ids.append(await window.popleft())
+    await producer.close()
+    return ids
+
+
+async def _ack_durably(consumer, ids) -> None:
+    """``ids``: MessageIds, or MessageIdData when they carry batch-index ack sets."""
+    conn = consumer.conn
+    requests = []
+    for start in range(0, len(ids), 1000):
+        body = pb.CommandAck(consumer_id=consumer.consumer_id, ack_type=pb.CommandAck.Individual,
+                             request_id=conn.next_request_id(),
+                             message_id=[m if isinstance(m, pb.MessageIdData) else
+                                         pb.MessageIdData(ledgerId=m.ledger_id(), entryId=m.entry_id())
+                                         for m in ids[start:start + 1000]])
+        requests.append(conn.request(pb.BaseCommand.ACK, "ack", body))
+    for response in await asyncio.gather(*requests):
+        assert not response.HasField("error"), response.message
+
+
+def _admin(broker, what: str) -> dict:
+    name = TOPIC.split("://", 1)[1]
+    with urllib.request.urlopen(f"{broker.web_url}/admin/v2/persistent/{name}/{what}", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _backlog(broker) -> int:
+    return _admin(broker, "stats")["subscriptions"]["holes"]["msgBacklog"]
+
+
+async def _before_the_kill(broker) -> tuple[list[bytes], list[bytes]]:
+    client = AsyncClient(broker.service_url, operation_timeout_seconds=60)
+    try:
+        consumer = await client.subscribe(TOPIC, "holes", consumer_type=ConsumerType.Exclusive)
+        await consumer.close()  # the subscription stays; nothing is dispatched while producing
+        ids = await _produce(client, 2 * HOLES)
+        consumer = await client.subscribe(TOPIC, "holes", consumer_type=ConsumerType.Exclusive, receiver_queue_size=10)
+        acked = ids[1::2]  # the first entry stays unacked: every acked one is a separate range
+        await _ack_durably(consumer, acked)
+        return [b"%d" % i for i in range(1, 2 * HOLES, 2)], [b"%d" % i for i in range(0, 2 * HOLES, 2)]
+    finally:
+        await client.close()
+
+
+async def _after_the_restart(broker, topic: str = TOPIC, subscription: str = "holes") -> list[bytes]:
+    client = AsyncClient(broker.service_url, operation_timeout_seconds=60)
+    try:
+        consumer = await client.subscribe(topic, subscription, consumer_type=ConsumerType.Exclusive,
+                                          receiver_queue_size=2000)
+        producer = await client.create_producer(topic)
+        await producer.send(b"sentinel")
+        got: list[bytes] = []
+        deadline = time.monotonic() + 120
+        while not got or got[-1] != b"sentinel":
+            assert time.monotonic() < deadline, f"only {len(got)} messages before the deadline"
+            for entry in await consumer.receive_entries(2000, timeout_millis=30_000):
+                got.extend(m.data() for m in entry.messages())
+        return got[:-1]
+    finally:
+        await client.close()
+
+
+def test_a_hundred_thousand_ack_holes_survive_kill9_exactly(start_standalone):
+    broker = start_standalone(env=ONE_REPLICA)
+    acked, unacked = asyncio.run(_before_the_kill(broker))
+    assert _backlog(broker) == HOLES
+    broker.kill9()
+    broker.start(timeout_s=60)
+    backlog = wait_until(lambda: _backlog(broker), 60, "the restored subscription to report its backlog")
+    assert backlog == HOLES, f"after the restart the backlog is {backlog}"
+    assert _admin(broker, "internalStats")["cursors"]["holes"]["totalNonContiguousDeletedMessagesRange"] == HOLES
+    redelivered = asyncio.run(_after_the_restart(broker))
+    assert len(redelivered) == len(set(redelivered)), "nothing is delivered twice"
+    assert not set(redelivered) & set(acked), "no acknowledged message comes back"
+    assert redelivered == unacked, "every unacknowledged message comes back, in order"
+
+
+async def _batch_acks_before_the_kill(broker) -> list[bytes]:
+    """100,000 messages in batches of up to 100; every even batch index acknowledged. Returns what is left."""
+    client = AsyncClient(broker.service_url, operation_timeout_seconds=60)
+    try:
+        consumer = await client.subscribe(BATCH_TOPIC, "batches", consumer_type=ConsumerType.Exclusive)
+        await consumer.close()
+        ids = await _produce(client, 100_000, BATCH_TOPIC, batching_enabled=True, batching_max_messages=100)
+        entries: dict[tuple[int, int], int] = collections.Counter((m.ledger_id(), m.entry_id()) for m in ids)
+        assert len(entries) <= 2000 and all(m.batch_index() >= 0 for m in ids), "batched entries"
+        acks = []
+        for (ledger_id, entry_id), size in entries.items():
+            odd = {i for i in range(size) if i % 2}  # the ack set names the messages still unacknowledged
+            acks.append(pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id, ack_set=_bitset(odd, size),
+                                         batch_size=size))
+        consumer = await client.subscribe(BATCH_TOPIC, "batches", consumer_type=ConsumerType.Exclusive,
+                                          receiver_queue_size=10)
+        await _ack_durably(consumer, acks)
+        return [b"%d" % i for i, m in enumerate(ids) if m.batch_index() % 2]
+    finally:
+        await client.close()
+
+
+def test_fifty_thousand_batch_index_acks_survive_kill9_exactly(start_standalone):
+    broker = start_standalone(env=ONE_REPLICA)
+    unacked = asyncio.run(_batch_acks_before_the_kill(broker))
+    assert len(unacked) >= 49_000
+    broker.kill9()
+    broker.start(timeout_s=60)
+    redelivered = asyncio.run(_after_the_restart(broker, BATCH_TOPIC, "batches"))
+    assert redelivered == unacked, "exactly the messages of each batch that were not acknowledged, in order"
