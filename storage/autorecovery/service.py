@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -73,3 +74,37 @@ class AutoRecoveryService:
         await self.auditor.resign()
         if self._owns_client:
             await self.client.close()
+
+
+async def run_standalone(url: str, config: AutoRecoveryConfig, owner: str, host: str, http_port: int,
+                         stop: asyncio.Event, ready: Callable[[str], None]) -> None:
+    """`bookie autorecovery`: auditor candidate + worker on their own session, /health and /metrics on HTTP."""
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from storage.metadata import open_store
+
+    registry = CollectorRegistry()
+    store = await open_store(url, session_timeout_s=config.session_timeout_s)
+    service = await AutoRecoveryService.start(store, config, owner, registry)
+
+    async def health(_request):
+        alive = all(not t.done() for t in service._tasks)
+        return web.Response(status=200 if alive else 503, text="OK" if alive else "autorecovery stopped")
+
+    async def metrics(_request):
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.add_routes([web.get("/health", health), web.get("/metrics", metrics)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, http_port, reuse_address=True)
+        await site.start()
+        ready(f"autorecovery {owner} ready (http {host}:{runner.addresses[0][1]}, metadata store {url})")
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await service.stop()
+        await store.close()

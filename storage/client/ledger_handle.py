@@ -231,6 +231,14 @@ class LedgerHandle(ReadHandle):
 
             self._change_task = self._loop.create_task(EnsembleChange(self).run())
 
+    def _bookies_changed(self, registered: set[str]) -> None:
+        """The registry changed: a bookie of the current ensemble that left is replaced now."""
+        if self._recovery or self._state == _CLOSED or self._failure is not None:
+            return
+        for pos, bookie in enumerate(self._ensemble):
+            if bookie not in registered:
+                self._bookie_failed(pos, bookie, BookieUnavailableError(f"bookie {bookie} is no longer registered"))
+
     def _fail(self, exc: StorageError) -> None:
         """Stop writing: every pending and later add fails with ``exc``."""
         if self._failure is not None:

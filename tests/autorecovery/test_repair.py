@@ -214,3 +214,16 @@ async def wait(cond, timeout_s: float = 10.0) -> None:
     from tests.client.conftest import wait_until
 
     await wait_until(cond, timeout_s, "condition")
+
+
+async def test_idle_writer_replaces_a_bookie_that_leaves_without_waiting_for_an_add(rcluster):
+    await rcluster.start_bookies(4, zones=ZONES)
+    client = await rcluster.client(ClientConfig(add_entry_timeout_s=2.0))
+    writer = await write_ledger(client, 10, close=False)
+    victim = writer.ensemble[0]
+    await rcluster.stop_bookie(victim)
+    await wait(lambda: victim not in writer.ensemble)
+    md, _ = await client.get_metadata(writer.ledger_id)
+    assert md.state is LedgerState.OPEN and victim not in md.current_ensemble
+    assert md.ensembles[-1][0] == 10, "the new fragment starts after the last acknowledged entry"
+    assert await writer.add_entry(payload(writer.ledger_id, 10)) == 10
