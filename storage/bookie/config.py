@@ -65,6 +65,9 @@ class BookieConfig:
     open_ledger_rereplication_grace_period_s: float = 30.0
     auditor_periodic_check_interval_s: float = 86_400.0
     replication_poll_interval_s: float = 1.0
+    # scrubbing (BookKeeper's localScrubPeriod, localScrubRateLimit): 0 disables it
+    local_scrub_period_s: float = 0.0
+    local_scrub_rate_limit_entries_per_s: float = 60.0
 
     # protocol
     max_frame_bytes: int = 8 * 1024 * 1024
@@ -115,6 +118,8 @@ class BookieConfig:
             raise ValueError("lost_bookie_recovery_delay_s and open_ledger_rereplication_grace_period_s must be >= 0")
         if self.auditor_periodic_check_interval_s <= 0 or self.replication_poll_interval_s <= 0:
             raise ValueError("auditor_periodic_check_interval_s and replication_poll_interval_s must be > 0")
+        if self.local_scrub_period_s < 0 or self.local_scrub_rate_limit_entries_per_s <= 0:
+            raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
         if not self.bookie_id or "/" in self.bookie_id:

@@ -35,6 +35,7 @@ from storage.bookie.http import start_http
 from storage.bookie.journal import JournalDamage
 from storage.bookie.journal_damage import Verdict, journal_verdict
 from storage.bookie.registration import Registration
+from storage.bookie.scrub import Scrubber
 from storage.bookie.server import BookieServer
 from storage.errors import NoNodeError
 from storage.ledger_metadata import LedgerMetadata
@@ -56,6 +57,7 @@ class BookieService:
         self.disk_monitor: DiskMonitor | None = None
         self.gc: GarbageCollector | None = None
         self.autorecovery = None  # AutoRecoveryService when config.autorecovery_enabled
+        self.scrubber: Scrubber | None = None
         self.serving = False
         self._stopping = False
         self._owns_store = False
@@ -105,6 +107,10 @@ class BookieService:
         self._tasks.append(asyncio.ensure_future(self.gc.run_forever()))
         # Runs even with read_only_mode_enabled = false: it also notices a failed journal.
         self._tasks.append(asyncio.ensure_future(self.disk_monitor.run_forever()))
+        if config.local_scrub_period_s > 0:
+            self.scrubber = Scrubber(self.bookie, store, config.local_scrub_period_s,
+                                     config.local_scrub_rate_limit_entries_per_s, self.registry)
+            self._tasks.append(asyncio.ensure_future(self.scrubber.run_forever()))
         if config.autorecovery_enabled:
             self.autorecovery = await AutoRecoveryService.start(
                 store, AutoRecoveryConfig.from_bookie(config), config.bookie_id, self.registry)

@@ -74,3 +74,15 @@ def test_mark_paths_are_hierarchical_and_invertible(lid):
     path = mark_path(lid)
     assert path.startswith("/ledgers/underreplication/ledgers/") and path.count("/") == 6
     assert ledger_id_from_mark(path) == lid
+
+
+@pytest.mark.parametrize("done, elapsed, rate, expected", [
+    (1, 0.0, 10.0, 0.1),   # ahead of the budget: wait
+    (10, 1.0, 10.0, 0.0),  # on schedule
+    (10, 2.0, 10.0, 0.0),  # behind (slow disk): never negative
+    (5, 0.2, 10.0, 0.3),
+])
+def test_scrub_rate_limit(done, elapsed, rate, expected):
+    from storage.bookie.scrub import pause_s
+
+    assert pause_s(done, elapsed, rate) == pytest.approx(expected)
