@@ -61,7 +61,9 @@ async def mark_lost(rcluster, client, clock, victim: str) -> Auditor:
 
 
 async def test_lost_bookie_is_rereplicated_zone_aware_and_survives_a_second_loss(rcluster, clock):
-    ids = await rcluster.start_bookies(5, zones=ZONES)
+    # Two bookies per zone: with E3/Qw2 over three zones, only a bookie of the lost one's zone
+    # can keep both write sets through its position across two zones.
+    ids = await rcluster.start_bookies(6, zones=ZONES)
     client = await rcluster.client(ClientConfig(add_entry_timeout_s=2.0, read_timeout_s=2.0))
     ledgers = [await write_ledger(client, 120) for _ in range(4)]
     victim = next(b for b in ids if sum(b in h.ensemble for h in ledgers) >= 2)
