@@ -261,6 +261,26 @@ def _failover(r: dict) -> list[str]:
             _reproduce("failover") + " `MAGNETAR_BENCH_FAILOVER_SESSION_S` sets the tuned row's session timeout.", ""]
 
 
+def _recovery(r: dict) -> list[str]:
+    if "kill_to_replicated_s" not in r:
+        return []
+    return ["## Autorecovery", "",
+            f"A real ZooKeeper and 4 bookie processes in 3 zones, autorecovery in every bookie (recovery delay 2 s, "
+            f"session 2 s). {_n(r['ledger_data_mb'])} MiB of ledger data in 64 KiB entries over 32 closed E2/Qw2/Qa2 "
+            f"ledgers; the bookie holding the most ({_n(r['victim_held_mb'])} MiB) is killed with -9. Each copied "
+            "entry is read from a survivor, written (journal fsync) to the new bookie and read back.", "",
+            *_table(["phase", "seconds", "reference"], [
+                ["kill -9 -> first under-replication mark (session expiry + delay)", f"{r['detection_s']:.2f}",
+                 "lower bound: 2 s session + 2 s delay"],
+                ["first mark -> fully replicated", f"{r['repair_s']:.2f}", ""],
+                ["kill -9 -> fully replicated", f"{r['kill_to_replicated_s']:.2f}", ""]]),
+            *_table(["figure", "MB/s"], [
+                [f"re-replication ({_n(r['rereplicated_mb'])} MiB copied)", _n(r["rereplication_mb_per_s"], 1)],
+                ["disk: 64 KiB appends + fdatasync (same run)", _n(r["disk_fsync_64k_mb_per_s"], 1)],
+                ["disk: 1 MiB appends + fdatasync (same run)", _n(r["disk_fsync_1m_mb_per_s"], 1)]]),
+            _reproduce("recovery") + " `MAGNETAR_BENCH_RECOVERY_MB` sets the amount of data.", ""]
+
+
 def _spark(r: dict) -> list[str]:
     if "magnetar_source" not in r:
         return []
@@ -304,7 +324,7 @@ def write_report(doc: dict, directory: str | Path, command: str) -> Path:
              *(["Suites that failed in this run:", "", *errors, ""] if errors else []),
              *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
              *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
-             *_spark(r.get("spark", {})), "", *NOTES]
+             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), "", *NOTES]
     path = directory / "BENCHMARKS.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

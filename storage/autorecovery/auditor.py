@@ -81,11 +81,14 @@ class Auditor:
         self.scans = 0
         self._known: set[str] = set()  # bookies ever seen registered by this auditor
         self._changed = asyncio.Event()
+        # Python 3.11's wait_for (used by the ZooKeeper backend) can swallow a cancellation that
+        # races with its result, so a loop stops on this flag too, not on cancellation alone.
+        self.stopped = False
 
     async def run_forever(self) -> None:
         watch = self._store.watch_data(AUDITOR, lambda _e: self._changed.set())
         try:
-            while True:
+            while not self.stopped:
                 try:
                     if await self._elect():
                         await self._audit_while_elected()
@@ -102,6 +105,8 @@ class Auditor:
 
     async def _elect(self) -> bool:
         await self._store.ensure_path(ELECTION)
+        if self.stopped:
+            return False
         try:
             await self._store.create(AUDITOR, self._owner.encode(), ephemeral=True)
         except NodeExistsError:
@@ -128,13 +133,14 @@ class Auditor:
         self.tracker = LossTracker()  # a new term starts its clocks afresh
         await self.scan()
         next_full = self._clock() + self._config.auditor_periodic_check_interval_s
-        while await self._still_elected():
+        while not self.stopped and await self._still_elected():
             await self.tick()
             if self._clock() >= next_full:
                 await self.scan()
                 next_full = self._clock() + self._config.auditor_periodic_check_interval_s
             await asyncio.sleep(self._config.tick_s)  # the auditor's clock tick
-        log.warning("%s is no longer the auditor (session lost)", self._owner)
+        if not self.stopped:
+            log.warning("%s is no longer the auditor (session lost)", self._owner)
 
     async def tick(self) -> None:
         """Follow the registrations; scan when a bookie has been gone longer than the delay."""

@@ -67,6 +67,7 @@ class AutoRecoveryService:
         self.metrics.rereplicated_entries.inc()
 
     async def stop(self) -> None:
+        self.auditor.stopped = self.worker.stopped = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -297,15 +297,16 @@ class ReplicationWorker:
         self.marked = 0  # marks seen on the last pass (the under-replicated gauge)
         self._blocked_since: dict[int, float] = {}  # ledger -> when its writing fragment was first seen blocked
         self._not_before: dict[int, float] = {}  # ledger -> earliest next attempt
+        self.stopped = False  # see Auditor.stopped: cancellation alone may be swallowed
 
     async def run_forever(self) -> None:
-        while True:
+        while not self.stopped:
             try:
                 handled = await self.run_once()
             except StorageError as exc:
                 log.warning("replication worker pass failed: %s", exc)
                 handled = 0
-            if not handled:
+            if not handled and not self.stopped:
                 await asyncio.sleep(self._config.replication_poll_interval_s)  # the poll period
 
     async def run_once(self) -> int:
@@ -316,6 +317,8 @@ class ReplicationWorker:
         resolved = 0
         now = self._clock()
         for lid in ids:
+            if self.stopped:
+                break
             if self._not_before.get(lid, 0.0) > now:
                 continue
             claim = await self._marks.claim(lid, self._owner)

@@ -204,6 +204,8 @@ class BookieService:
         """Deregister, drain and close everything this service started. Idempotent."""
         self.serving = False
         self._stopping = True
+        if self.scrubber is not None:
+            self.scrubber.stopped = True
         if self.autorecovery is not None:
             await self.autorecovery.stop()
             self.autorecovery = None

@@ -53,13 +53,14 @@ class Scrubber:
         self._clock = clock
         self._sleep = sleep
         self.passes = 0
+        self.stopped = False  # a cancellation racing a ZooKeeper answer can be swallowed (Python 3.11 wait_for)
         self._scrubbed = Counter("bookie_scrub_entries", "Entries verified by the scrubber", registry=registry) \
             if registry is not None else None
         self._corrupt = Counter("bookie_scrub_corrupt_entries", "Entries the scrubber found corrupt",
                                 registry=registry) if registry is not None else None
 
     async def run_forever(self) -> None:
-        while True:
+        while not self.stopped:
             await self._sleep(self._period_s)  # the scrub period
             try:
                 await self.run_once()

@@ -102,3 +102,11 @@ def test_cursor_suite_quick_measures_both_representations(tmp_path):
         assert r["persist_new_s"] == r["persist_new_encode_s"] + r["persist_new_write_s"] > 0
         assert r["persist_old_capped_ranges"] == 10_000 and r["persist_old_full_encode_s"] > 0
         assert 0 < r["next_100_to_read_new_ms"] < r["next_100_to_read_old_ms"]
+
+
+def test_recovery_suite_quick_times_the_repair_beside_the_disk(tmp_path):
+    result, doc = run_suite("recovery", tmp_path, 600)
+    r = doc["results"]
+    assert "kill -9 of a bookie to fully replicated" in result.stdout
+    assert 0 < r["detection_s"] < r["kill_to_replicated_s"] and r["repair_s"] > 0
+    assert r["rereplicated_mb"] > 0 and r["rereplication_mb_per_s"] > 0 and r["disk_fsync_64k_mb_per_s"] > 0
