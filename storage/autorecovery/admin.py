@@ -70,12 +70,18 @@ async def set_read_only(client: LedgerClient, bookie_id: str) -> None:
 
 async def wait_until_moved(client: LedgerClient, bookie_id: str, timeout_s: float,
                            progress: Callable[[str], None], poll_s: float = 1.0) -> bool:
-    """Until no ledger names ``bookie_id`` (re-marking stragglers). False at the timeout."""
+    """Until no ledger names ``bookie_id`` (re-marking stragglers) and the marks made for it are resolved.
+
+    False at the timeout.
+    """
+    marks = UnderReplication(client.context.store)
     deadline = time.monotonic() + timeout_s
     last = None
+    ours: set[int] = set()
     while True:
         left = await mark_bookie(client, bookie_id)
-        if not left:
+        ours |= set(left)
+        if not left and not ours & set(await marks.list()):
             return True
         if len(left) != last:
             progress(f"{len(left)} ledgers still have fragments on {bookie_id}")

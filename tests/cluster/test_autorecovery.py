@@ -219,6 +219,32 @@ def test_decommission_of_a_live_bookie_under_production_loses_nothing(start_book
         client.close()
 
 
+def test_recover_rereplicates_a_dead_bookie_at_once_without_waiting_for_the_delay(start_bookies):
+    # A recovery delay no test waits out: only `recover` can explain a repair.
+    cluster = start_bookies(4, zones=ZONES, env={**FAST_RECOVERY, "MAGNETAR_BOOKIE_LOST_BOOKIE_RECOVERY_DELAY_S": "3600"})
+    url = cluster.metadata_url
+
+    async def write() -> None:
+        async with await LedgerClient.open(url) as client:
+            await client.registry.wait_for(lambda reg: len(reg.writable()) >= 4, 15)
+            for n in range(6):
+                h = await client.create_ledger(2, 2, 2, password=b"pw")
+                await asyncio.gather(*(h.add_entry_async(bytes([n]) * 1000) for _ in range(100)))
+                await h.close()
+
+    asyncio.run(write())
+    before = asyncio.run(snapshot(url))
+    victim = max(cluster.bookies, key=lambda b: sum(b.bookie_id in checker.bookies_of(md) for md, _ in before.values()))
+    victim.kill9()
+    done = shell(url, "recover", victim.bookie_id, "--timeout-s", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(rf"marked \d+ ledgers with fragments on {re.escape(victim.bookie_id)}", done.stdout)
+    assert victim.bookie_id not in asyncio.run(_bookies_named(url))
+    assert shell(url, "listunderreplicated").stdout == ""
+    after = asyncio.run(snapshot(url))
+    assert {lid: bodies for lid, (_, bodies) in after.items()} == {lid: bodies for lid, (_, bodies) in before.items()}
+
+
 class AutoRecoveryProcess(ServiceProcess):
     """`bookie autorecovery` on a free HTTP port."""
 
