@@ -322,7 +322,8 @@ def test_auditor_killed_mid_repair_and_repair_still_completes(start_bookies, tmp
 
     assert asyncio.run(kill_auditor_once_marking_began()), "the auditor died before the repair was done"
     wait_until(lambda: fully_repaired(url, {victim.bookie_id}), 60 + DELAY_S + 10, "repair after auditor failover")
-    assert asyncio.run(auditor_name()) == other.owner
+    # The survivor takes the auditor's place once the dead one's session expires.
+    wait_until(lambda: asyncio.run(auditor_name()) == other.owner, 30, f"{other.owner} to become the auditor")
     after = asyncio.run(snapshot(url))
     for lid, (md, bodies) in after.items():
         assert bodies == before[lid][1]
