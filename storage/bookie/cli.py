@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--no-autorecovery", dest="autorecovery_enabled", action="store_const", const=False,
                        help="do not run the auditor candidate and replication worker in this bookie")
     _autorecovery_flags(start)
+    for name in _SCRUB_FIELDS:
+        start.add_argument("--" + name.replace("_", "-"), dest=name, type=float, default=None)
 
     recovery = commands.add_parser("autorecovery", help="run the auditor candidate and a replication worker alone")
     recovery.add_argument("--metadata-store", dest="metadata_store_url", required=True,
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_SCRUB_FIELDS = ("local_scrub_period_s", "local_scrub_rate_limit_entries_per_s")
 _AUTORECOVERY_FIELDS = ("lost_bookie_recovery_delay_s", "open_ledger_rereplication_grace_period_s",
                         "auditor_periodic_check_interval_s", "replication_poll_interval_s")
 
@@ -92,7 +95,7 @@ def _configs(args) -> list[BookieConfig]:
     if args.command == "start":
         flags = {k: getattr(args, k) for k in ("metadata_store_url", "data_dir", "journal_dir", "ledger_dir", "host",
                                               "advertised_address", "port", "http_port", "network_location",
-                                              "autorecovery_enabled", *_AUTORECOVERY_FIELDS)}
+                                              "autorecovery_enabled", *_AUTORECOVERY_FIELDS, *_SCRUB_FIELDS)}
         return [load_config(args.config, flags)]
     root = Path(args.data_dir).resolve()
     url = f"file://{root / 'metadata'}"
