@@ -392,6 +392,11 @@ class ManagedCursor:
                     return wanted
         return wanted
 
+    async def wait_for_entries(self) -> None:
+        """Return once an entry exists at or after the read position; reads nothing, so cancelling is harmless."""
+        await self.ml.wait_for_entries(self.read_position)
+        self._check()
+
     async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:
         """Like read_entries, but waits for the next add at the end of the log. Cancelling leaves the cursor as it was."""
         while True:
