@@ -125,9 +125,11 @@ class _Facade:
 class Producer(_Facade):
     """Messages go from the calling threads to the loop through ``_queue`` (see the module's docstring).
 
-    Only the loop takes from ``_queue``, only callers append to it; ``_inner_load`` is the asyncio producer's
-    pending count as the loop last saw it. It only falls between the loop's updates, so a caller that reads
-    it stale waits too long, never too little, and every fall ends in ``_pump``, which wakes waiting callers.
+    Only the loop takes from ``_queue``, only callers append to it. ``_inner_load`` is the asyncio producer's
+    pending count as the loop keeps it: raised with each message it moves (right after taking it from
+    ``_queue``, so a caller counts a message in flight between the two at most once short), refreshed when
+    receipts lower the real count. A stale read therefore over-counts: a caller may wait a little long, and
+    every receipt ends in ``_pump``, which wakes waiting callers.
     """
 
     def __init__(self, client: Client, inner, max_pending_messages: int, block_if_queue_full: bool):
@@ -206,6 +208,8 @@ class Producer(_Facade):
                 break
             except Exception as exc:  # noqa: BLE001 (MessageTooBig, AlreadyClosed, a bad option: this message's failure)
                 _fail(item[1], exc)
+            else:
+                self._inner_load += 1
             moved += 1
         self._handed_over += moved
         self._inner_load = inner.pending_messages()
