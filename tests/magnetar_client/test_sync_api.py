@@ -139,6 +139,12 @@ def test_bad_input_gives_clear_exceptions(standalone, topic):
         producer.send(b"x" * (5 * 1024 * 1024 + 1))
     with pytest.raises(magnetar.Timeout):
         client.subscribe(topic, "s").receive(timeout_millis=100)
+    with pytest.raises(ValueError, match="max_pending_messages"):
+        client.create_producer(topic, max_pending_messages=0)
+    with pytest.raises(TypeError, match="unknown send options: colour"):
+        producer.send_async(b"x", None, colour="red")
+    with pytest.raises(TypeError, match="must be bytes"):
+        producer.send("text")
     with pytest.raises(ValueError, match="pulsar://"):
         magnetar.Client("http://localhost:6650")
     client.close()

@@ -64,9 +64,11 @@ class Client:
     def create_producer(self, topic: str, **options) -> "Producer":
         """A producer. ``max_pending_messages`` (1,000) bounds the messages queued or unanswered;
         ``block_if_queue_full`` (False) decides whether a send waits for room or fails with ProducerQueueIsFull."""
+        max_pending = options.get("max_pending_messages", 1000)
+        if max_pending < 1:
+            raise ValueError(f"max_pending_messages must be at least 1, got {max_pending}")
         inner = self._run(self._async.create_producer(topic, **options))
-        producer = Producer(self, inner, options.get("max_pending_messages", 1000),
-                            options.get("block_if_queue_full", False))
+        producer = Producer(self, inner, max_pending, options.get("block_if_queue_full", False))
         self._producers.append(producer)
         return producer
 
@@ -134,8 +136,6 @@ class Producer(_Facade):
 
     def __init__(self, client: Client, inner, max_pending_messages: int, block_if_queue_full: bool):
         super().__init__(client, inner)
-        if max_pending_messages < 1:
-            raise ValueError(f"max_pending_messages must be at least 1, got {max_pending_messages}")
         self._max_pending = max_pending_messages
         self._block = block_if_queue_full
         self._queue: deque = deque()  # (content, completion, options) not yet in the asyncio producer
