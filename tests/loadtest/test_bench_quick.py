@@ -39,7 +39,11 @@ def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path)
     for side in ("magnetar", "official"):
         assert r[side]["consume_msg_per_s"] > 0
     assert r["magnetar"]["produce_msg_per_s"] > 0 and r["official"]["msg_per_s"] > 0
+    assert r["magnetar"]["sync_produce_msg_per_s"] > 0
+    # --quick runs one round, so each ratio is that round's
     assert r["produce_ratio"] == r["magnetar"]["produce_msg_per_s"] / r["official"]["msg_per_s"]
+    assert r["sync_produce_ratio"] == r["magnetar"]["sync_produce_msg_per_s"] / r["official"]["msg_per_s"]
+    assert "sync API (magnetar.Client)" in result.stdout
 
 
 def test_failover_suite_quick_reports_both_figures(tmp_path):
