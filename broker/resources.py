@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from broker.bundles import NamespaceBundles
+from broker.ownership.bundles import NamespaceBundles
 from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
 from broker.topics.names import NamespaceName, TopicName, check_segment, encode_local_name
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError

@@ -13,7 +13,7 @@ import json
 
 from aiohttp import web
 
-from broker.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
+from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.errors import (
     BrokerError, InvalidBundleError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError,
 )

@@ -7,7 +7,7 @@ A topic hashes (CRC32 of its full name; each partition separately) into
 bound of the last bundle as ``0xffffffff``. A new namespace has
 ``default_number_of_namespace_bundles`` equal ranges; a split
 (Pulsar's ``range_equally_divide``) cuts one bundle at its midpoint, so the
-boundaries only ever gain points. No I/O here: broker/ownership.py stores the
+boundaries only ever gain points. No I/O here: broker/ownership/ownership.py stores the
 boundaries and decides who owns each bundle.
 """
 

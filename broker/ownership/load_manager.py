@@ -6,7 +6,7 @@ publishes them in ``/loadbalance/brokers/<id>`` as ``lastStats``. Two loops
 run on every broker, each a thin shell around a pure decision:
 
 * **Split** (``load_balancer_split_interval_s``): the broker splits the
-  bundles it owns that ``bundle_split.bundles_to_split`` picks, through the
+  bundles it owns that ``auto_split.bundles_to_split`` picks, through the
   same ``BrokerService.split_bundle`` as the admin REST (halves owned before
   the boundaries change, then, with ``load_balancer_auto_unload_split_bundles_enabled``,
   both halves unloaded gracefully so lookups place them afresh). Unlike Pulsar,
@@ -24,7 +24,7 @@ run on every broker, each a thin shell around a pure decision:
   and the grace-period memory are the leader's and start empty on a new leader.
 
 Neither loop ever moves a bundle by any other path than split and unload, so
-the single-owner guarantees of broker/ownership.py hold unchanged.
+the single-owner guarantees of broker/ownership/ownership.py hold unchanged.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from typing import Callable
 
 import aiohttp
 
-from broker.bundle_split import bundles_to_split
-from broker.bundles import parse_bundle_name
+from broker.loadbalance.auto_split import bundles_to_split
+from broker.ownership.bundles import parse_bundle_name
 from broker.errors import BrokerError
-from broker.load_shedding import plan_shedding
-from broker.ownership import NAMESPACE_ROOT, BrokerInfo
+from broker.loadbalance.load_shedding import plan_shedding
+from broker.ownership.ownership import NAMESPACE_ROOT, BrokerInfo
 from broker.topics.names import NamespaceName
 from storage.errors import MetadataError, NodeExistsError, NoNodeError, StorageError
 
