@@ -22,23 +22,23 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.ownership.bundles import BundleRange
 from broker.config import BrokerConfig
 from broker.errors import (
     BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
 )
+from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
+from broker.ownership.bundles import BundleRange
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
-from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
-from broker.topics.names import NamespaceName, TopicName
 from broker.topics.persistent import PersistentTopic
+from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig, LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
-from storage.shared_load import SharedLoads
 from storage.metadata import MetadataStore, open_store
+from storage.shared_load import SharedLoads
 
 log = logging.getLogger(__name__)
 

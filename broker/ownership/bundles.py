@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 
 from broker.errors import InvalidBundleError
-from broker.topics.names import TopicName
+from magnetar.topic_name import TopicName
 
 HASH_SPACE = 1 << 32
 FULL_UPPER = 0xFFFFFFFF  # how Pulsar writes the upper bound of the last bundle

@@ -37,12 +37,12 @@ from typing import Callable
 
 import aiohttp
 
-from broker.loadbalance.auto_split import bundles_to_split
-from broker.ownership.bundles import parse_bundle_name
 from broker.errors import BrokerError
+from broker.loadbalance.auto_split import bundles_to_split
 from broker.loadbalance.load_shedding import plan_shedding
+from broker.ownership.bundles import parse_bundle_name
 from broker.ownership.ownership import NAMESPACE_ROOT, BrokerInfo
-from broker.topics.names import NamespaceName
+from broker.topics.names import parse_namespace
 from storage.errors import MetadataError, NodeExistsError, NoNodeError, StorageError
 
 log = logging.getLogger(__name__)
@@ -129,13 +129,13 @@ class LoadManager:
         for key in stats:
             ns = key.rsplit("/", 1)[0]
             if ns not in counts:
-                counts[ns] = len(await ownership.namespace_bundles(NamespaceName.parse(ns), fresh=True))
+                counts[ns] = len(await ownership.namespace_bundles(parse_namespace(ns), fresh=True))
         done = []
         for key in bundles_to_split(stats, counts, self.config.split_thresholds()):
             ns, name = key.rsplit("/", 1)
             try:
                 halves = await self.service.split_bundle(
-                    NamespaceName.parse(ns), parse_bundle_name(name),
+                    parse_namespace(ns), parse_bundle_name(name),
                     self.config.load_balancer_auto_unload_split_bundles_enabled)
             except BrokerError as exc:  # e.g. unloaded meanwhile, too small, boundaries kept changing
                 log.warning("automatic split of bundle %s skipped: %s", key, exc)

@@ -43,12 +43,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
 from broker.errors import BrokerMetadataError, ServiceNotReadyError
 from broker.loadbalance.broker_choice import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
-from broker.resources import ConflictError, NotFoundError, Resources
+from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
 from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
-from broker.topics.names import NamespaceName, TopicName
+from broker.resources import ConflictError, NotFoundError, Resources
+from magnetar.topic_name import NamespaceName, TopicName
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import EventType, MetadataStore, SessionState, Watch, WatchEvent
 
