@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from broker.bundle_split import SplitThresholds
-from broker.load_shedding import SheddingPolicy
+from broker.loadbalance.auto_split import SplitThresholds
+from broker.loadbalance.load_shedding import SheddingPolicy
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
 

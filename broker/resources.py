@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from broker.bundles import NamespaceBundles
 from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
-from broker.topics.names import NamespaceName, TopicName, check_segment, encode_local_name
+from broker.ownership.bundles import NamespaceBundles
+from broker.topics.names import check_segment
+from magnetar.topic_name import NamespaceName, TopicName, encode_local_name
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
 

@@ -7,13 +7,13 @@ Topics load on first use: a topic's managed ledger opens by fencing the
 previous owner's last ledger, so a broker that loads a topic is its only
 writer. Loads of the same topic are shared, never run twice.
 
-Several brokers share the work through bundle ownership (broker/ownership.py):
+Several brokers share the work through bundle ownership (broker/ownership/ownership.py):
 a topic loads only on the broker that owns its bundle, and LOOKUP answers
 with the owner (Connect or Redirect) or assigns the bundle to the broker that
-broker/placement.py chooses from the load reports. A lookup whose owner is
+broker/loadbalance/broker_choice.py chooses from the load reports. A lookup whose owner is
 proven dead (every advertised port refuses a connection: killed, its
 ownership node not yet expired) removes that node at once and places the
-bundle afresh (broker/takeover.py), instead of sending the client to a dead
+bundle afresh (broker/ownership/takeover.py), instead of sending the client to a dead
 address or waiting for the owner's session to expire.
 """
 
@@ -22,23 +22,23 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.bundles import BundleRange
 from broker.config import BrokerConfig
 from broker.errors import (
     BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
 )
-from broker.load_manager import LoadManager
-from broker.ownership import BrokerInfo, Ownership, bundle_key
-from broker.placement import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
+from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
+from broker.ownership.bundles import BundleRange
+from broker.ownership.load_manager import LoadManager
+from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
-from broker.topics.names import NamespaceName, TopicName
 from broker.topics.persistent import PersistentTopic
+from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig, LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
-from storage.shared_load import SharedLoads
 from storage.metadata import MetadataStore, open_store
+from storage.shared_load import SharedLoads
 
 log = logging.getLogger(__name__)
 

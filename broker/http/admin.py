@@ -13,13 +13,13 @@ import json
 
 from aiohttp import web
 
-from broker.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.errors import (
     BrokerError, InvalidBundleError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError,
 )
 from broker.http.metrics import render_metrics
+from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
-from broker.topics.names import NamespaceName, parse_topic
+from broker.topics.names import parse_namespace, parse_topic
 from storage.managed_ledger import InitialPosition, Position
 
 SERVICE = web.AppKey("service", object)
@@ -66,7 +66,7 @@ def _topic(request):
 
 
 def _ns(request) -> NamespaceName:
-    return NamespaceName.parse(f"{request.match_info['tenant']}/{request.match_info['ns']}")
+    return parse_namespace(f"{request.match_info['tenant']}/{request.match_info['ns']}")
 
 
 # ---- health and metrics -----------------------------------------------------------

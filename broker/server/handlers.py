@@ -20,7 +20,7 @@ from broker.errors import (
 )
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
-from broker.topics.names import NamespaceName, parse_topic
+from broker.topics.names import parse_namespace, parse_topic
 from broker.topics.persistent import DUPLICATE
 from broker.topics.producer import AccessMode, Producer
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -131,7 +131,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
     c = frame.command.getTopicsOfNamespace
 
     async def run():
-        ns = NamespaceName.parse(c.namespace)
+        ns = parse_namespace(c.namespace)
         names = [str(t) for t in await conn.service.resources.topics(ns)]
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))

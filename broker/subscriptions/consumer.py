@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.subscriptions.pending_acks import PendingAcks
-from broker.subscriptions.shared import UnackedLimits
+from broker.subscriptions.unacked_limits import UnackedLimits
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Consumer:
         self._update_blocked()
 
     def _update_blocked(self) -> None:
-        """Block at the unacked limit, unblock at half of it (Pulsar's hysteresis, in shared.UnackedLimits)."""
+        """Block at the unacked limit, unblock at half of it (Pulsar's hysteresis, in unacked_limits.UnackedLimits)."""
         limits = UnackedLimits(max_unacked_messages_per_consumer=self.max_unacked_messages)
         self.blocked = limits.consumer_blocked(self.blocked, self.unacked_messages)
 

@@ -5,16 +5,17 @@ can take messages (permits, unacked limit), reads up to
 ``max_read_batch_size`` entries -- positions waiting for redelivery first,
 then new entries from the cursor, waiting at the tail for the next publish --
 and hands them out according to the subscription type. Every decision about
-*who* gets an entry is a pure function in this package (failover.py,
-shared.py, key_shared.py); this module only does the I/O around them.
+*who* gets an entry is a pure function in this package; this module only
+does the I/O around those decisions.
 
 Anything that changes what should be read (a consumer leaves, a rewind, a
 redelivery request) calls ``wake()`` or ``restart()``; ``restart`` cancels an
 in-flight read, which the cursor tolerates, so the loop never acts on a
 stale read.
 
-The single-active-consumer dispatcher (Exclusive and Failover) lives here;
-Shared and Key_Shared are in dispatcher_shared.py.
+Each subscription type keeps its pure rules and its dispatcher (a subclass
+of ``Dispatcher``) in one module: single_active.py (Exclusive and Failover),
+shared.py and key_shared.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import logging
 import time
 
 from broker.subscriptions.consumer import Consumer, DispatchedEntry
-from broker.subscriptions.failover import choose_active_consumer
 from broker.subscriptions.redelivery import RedeliveryTracker
 from magnetar.protocol.frames import parse_headers_and_payload
 from storage.errors import StorageError
@@ -211,81 +211,6 @@ class Dispatcher(abc.ABC):
         for c in self.consumers:
             c.acked()
         self.wake()
-
-
-class SingleActiveConsumerDispatcher(Dispatcher):
-    """Exclusive and Failover: every entry goes to the one active consumer.
-
-    Failover picks the active consumer by priority level, then name (and for a
-    partition, rotates by partition index); every consumer hears
-    ACTIVE_CONSUMER_CHANGE when that changes. A change of active consumer, or a
-    redelivery request, rewinds the cursor to just after the mark-delete
-    position so the new active consumer sees everything unacknowledged, in order.
-    """
-
-    def __init__(self, subscription, max_read_batch_size: int = 100, partition_index: int = -1, *, failover: bool = False):
-        super().__init__(subscription, max_read_batch_size)
-        self.partition_index = partition_index
-        self.failover = failover  # only Failover consumers hear ACTIVE_CONSUMER_CHANGE, as in Pulsar
-        self.active: Consumer | None = None
-
-    def ready(self) -> bool:
-        return self.active is not None and self.active.can_take()
-
-    def read_count(self) -> int:
-        return max(1, min(self.active.permits, self.max_read_batch_size))
-
-    async def read(self, count: int):
-        return await self.read_tail(count)
-
-    def dispatch(self, entries) -> bool:
-        if self.active is None:
-            return False
-        out = self.entries_to_send(entries)
-        self.active.deliver(out)
-        self.subscription.record_out(out)
-        return True
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self._pick_active(initial=True)
-        self.start()
-        self.wake()
-
-    def remove_consumer(self, consumer: Consumer) -> list:
-        released = super().remove_consumer(consumer)
-        for p in released:
-            self.redelivery.increment(p)
-        if consumer is self.active:
-            self.active = None
-            self._pick_active()
-            asyncio.get_running_loop().create_task(self._rewind())
-        return released
-
-    def _pick_active(self, initial: bool = False) -> None:
-        chosen = choose_active_consumer(self.consumers, self.partition_index)
-        changed = chosen is not self.active
-        previous, self.active = self.active, chosen
-        if changed and previous is not None and previous in self.consumers:
-            # The old active consumer's unacked messages go to the new one after a rewind.
-            for p in previous.pending.release_all():
-                self.redelivery.increment(p)
-            asyncio.get_running_loop().create_task(self._rewind())
-        if self.failover and (changed or initial):
-            for c in self.consumers:
-                c.connection.send_active_consumer_change(c.consumer_id, c is self.active)
-
-    async def _rewind(self) -> None:
-        self.cursor.rewind()
-        await self.restart()
-
-    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
-        if consumer is not self.active:
-            return
-        for p in consumer.pending.release_all():
-            self.redelivery.increment(p)
-        consumer.redeliveries += 1
-        await self._rewind()
 
 
 def now_ms() -> int:

@@ -1,4 +1,4 @@
-"""Key_Shared: which consumer owns a key, when a newly joined consumer may receive it, and how a batch is split.
+"""Key_Shared subscriptions: which consumer owns a key, when a newly joined consumer may get it, how a batch splits.
 
 Keys hash into 0..65535 (``STICKY_KEY_HASH_RANGE``): MurmurHash3 x86_32 of
 the key's bytes (the ordering key if set, else the partition key), masked to
@@ -33,6 +33,11 @@ whose consumer can take them now. A consumer that stops receiving therefore
 holds back its own keys and nobody else's: the dispatcher reads past its
 waiting entries (up to a look-ahead limit) and serves the other consumers,
 instead of re-reading the same unsendable entries at the head of the queue.
+
+``KeySharedDispatcher`` (the I/O, at the end of this module) is the Shared
+dispatcher with these rules: an entry whose key already has older entries
+waiting for replay waits too, and a recently joined consumer only receives
+entries older than its arrival until the mark-delete position passes them.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from broker.errors import ConsumerAssignError
+from broker.subscriptions.consumer import Consumer, DispatchedEntry
+from broker.subscriptions.dispatcher import now_ms
+from broker.subscriptions.shared import SharedDispatcher
+from storage.managed_ledger import Position as LedgerPosition
 
 STICKY_KEY_HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector range size (2 << 15)
 HASH_RANGE = STICKY_KEY_HASH_RANGE  # older name, kept for importers
@@ -416,3 +425,145 @@ def select_replay(
         budget[consumer] -= 1
         out.append(position)
     return out
+
+
+# ---- the dispatcher: I/O around the rules above ----------------------------------------------------------
+
+NONE_KEY = b"NONE_KEY"
+
+
+class KeySharedDispatcher(SharedDispatcher):
+    """Key_Shared: each key to one consumer; entries a busy consumer cannot take wait in the replay queue.
+
+    Reading: waiting entries whose consumer can take them now come first
+    (``select_replay``); when none can, new entries are read from the cursor so
+    the other consumers keep receiving, until the replay queue holds
+    ``look_ahead_limit()`` entries (Pulsar's look-ahead thresholds). The replay
+    queue knows each waiting entry's key hash, so a newer entry of a key never
+    overtakes an older one, whoever holds it.
+    """
+
+    def __init__(self, subscription, max_read_batch_size: int = 100, *, delayed_delivery: bool = True,
+                 points_per_consumer: int = 100, clock=now_ms, look_ahead_per_consumer: int = 2000,
+                 look_ahead_per_subscription: int = 20_000):
+        super().__init__(subscription, max_read_batch_size, delayed_delivery=delayed_delivery, clock=clock)
+        self.points_per_consumer = points_per_consumer
+        self.look_ahead_per_consumer = look_ahead_per_consumer
+        self.look_ahead_per_subscription = look_ahead_per_subscription
+        self.selector = None
+        ml = self.cursor.ml
+        self.recently_joined = RecentlyJoined(lambda p: ml.position_after(LedgerPosition(*p)))
+        self._released_hashes: dict[tuple, int] = {}  # key hashes of positions a consumer gave back
+        self._reading_replay = False
+
+    def key_hash_of(self):
+        def of(md) -> int:
+            if md.HasField("ordering_key"):
+                key = md.ordering_key
+            elif md.HasField("partition_key"):
+                key = md.partition_key.encode()
+            else:
+                key = NONE_KEY
+            return sticky_key_hash(key)
+        return of
+
+    def look_ahead_limit(self) -> int:
+        return min(self.look_ahead_per_consumer * max(len(self.consumers), 1), self.look_ahead_per_subscription)
+
+    # ---- consumers -----------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        meta = consumer.key_shared_meta
+        sticky = meta is not None and meta.keySharedMode == 1  # KeySharedMode.STICKY
+        if self.selector is None:
+            self.selector = StickyRangesSelector() if sticky else ConsistentHashingSelector(self.points_per_consumer)
+        if sticky:
+            self.selector.add_consumer(consumer, [(r.start, r.end) for r in meta.hashRanges])
+        else:
+            self.selector.add_consumer(consumer)
+        if self.consumers and not (meta is not None and meta.allowOutOfOrderDelivery):
+            self.recently_joined.add(consumer, tuple(self.cursor.ml.normalize(self.cursor.read_position)))
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> list:
+        if self.selector is not None:
+            self.selector.remove_consumer(consumer)
+        self.recently_joined.remove(consumer)
+        self._remember_hashes(consumer, consumer.pending.positions())
+        return super().remove_consumer(consumer)
+
+    def _remember_hashes(self, consumer: Consumer, positions) -> None:
+        for p in positions:
+            key_hash = consumer.pending.key_hash(p)
+            if key_hash is not None:
+                self._released_hashes[tuple(p)] = key_hash
+
+    def on_ack(self) -> None:
+        self.recently_joined.prune(tuple(self.cursor.mark_delete_position))
+        super().on_ack()
+
+    def forget_queued(self) -> None:
+        super().forget_queued()
+        self._released_hashes.clear()
+
+    # ---- reading -------------------------------------------------------------
+
+    def _budgets(self) -> dict:
+        return {c: c.permits if c.can_take() else 0 for c in self.consumers}
+
+    async def read(self, count: int):
+        positions = []
+        if len(self.replay) and self.selector is not None:
+            positions = select_replay(self.replay.items(), self.selector, self._budgets(), count,
+                                      recently_joined=self.recently_joined,
+                                      mark_delete_position=tuple(self.cursor.mark_delete_position))
+        if positions:
+            for p in positions:
+                self.replay.discard(p)
+            self._reading_replay = True
+            return await self.subscription.read_positions(positions)
+        self._reading_replay = False
+        if len(self.replay) >= self.look_ahead_limit():
+            await self._wakeup.wait()  # full: wait until permits or acks let waiting entries go
+            return None
+        return await self.read_tail(count)
+
+    def dispatch(self, entries) -> bool:
+        from_replay, self._reading_replay = self._reading_replay, False
+        out = self.hold_delayed(self.entries_to_send(entries, self.key_hash_of()))
+        if not out:
+            return bool(entries)
+        sent = self._assign(out, from_replay)
+        # New entries that only moved to the replay queue are progress too: read on for the other consumers.
+        return sent or (not from_replay and len(self.replay) < self.look_ahead_limit())
+
+    def hand_out(self, out: list[DispatchedEntry]) -> bool:
+        return self._assign(out, True)
+
+    def _assign(self, out: list[DispatchedEntry], from_replay: bool) -> bool:
+        if self.selector is None or not self.consumers:
+            for e in out:
+                self.replay.add(e.position, e.key_hash)
+            return False
+        result = assign_entries(out, self.selector, self._budgets(), recently_joined=self.recently_joined,
+                                mark_delete_position=tuple(self.cursor.mark_delete_position),
+                                waiting_since=self.replay.earliest_by_key_hash(), replay=from_replay)
+        for consumer, entries in result.by_consumer.items():
+            consumer.deliver(entries)
+            self.subscription.record_out(entries)
+        for e in result.replay_later:
+            self.replay.add(e.position, e.key_hash)
+        return bool(result.by_consumer)
+
+    # ---- redelivery ----------------------------------------------------------
+
+    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
+        self._remember_hashes(consumer, consumer.pending.positions() if positions is None else positions)
+        await super().redeliver(consumer, positions)
+
+    async def redeliver_released(self, positions) -> None:
+        for p in positions:
+            key = tuple(p)
+            self.redelivery.increment(key)
+            self.replay.add(key, self._released_hashes.pop(key, None))
+        self.wake()

@@ -7,25 +7,28 @@ better level than the cursor's always goes first (the first available one);
 within the cursor's level consumers take turns; a worse level is used only
 when no consumer of the cursor's level can take anything. A consumer can take
 messages when it has flow permits (> 0) and is not blocked by its unacked
-limit.
+limit (unacked_limits.py).
 
-Unacked limits have hysteresis, as in Pulsar: a consumer is blocked once its
-unacknowledged messages reach ``max_unacked_messages_per_consumer`` and
-unblocked when acks bring them down to half (``<= max // 2``); the
-subscription (dispatcher) is blocked once all its consumers together reach
-``max_unacked_messages_per_subscription`` and unblocked below half
-(``< max // 2``). A limit of 0 means unlimited and unblocks at once.
+``SharedDispatcher`` (the I/O, at the end of this module) hands entries out
+by that rule. Positions to redeliver (negative acks, ack timeouts, consumers
+that left) wait in a replay queue that is read before new entries. Messages
+with a ``deliver_at_time`` in the future are held by the delayed-delivery
+tracker and join the replay queue when due. Key_Shared's dispatcher extends
+it (key_shared.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
 from typing import Callable, Sequence, TypeVar
 
-C = TypeVar("C")
+from broker.subscriptions.consumer import Consumer, DispatchedEntry
+from broker.subscriptions.delayed_delivery import DelayedDeliveryTracker
+from broker.subscriptions.dispatcher import Dispatcher, now_ms
+from broker.subscriptions.redelivery import ReplayQueue
+from broker.subscriptions.unacked_limits import UnackedLimits
 
-DEFAULT_MAX_UNACKED_MESSAGES_PER_CONSUMER = 50_000
-DEFAULT_MAX_UNACKED_MESSAGES_PER_SUBSCRIPTION = 200_000
+C = TypeVar("C")
 
 
 def consumer_can_take(consumer) -> bool:
@@ -92,32 +95,124 @@ class RoundRobinSelector:
         return -1
 
 
-@dataclass(frozen=True)
-class UnackedLimits:
-    """The unacked-message limits of a Shared or Key_Shared subscription; 0 means unlimited."""
+# ---- the dispatcher: I/O around the rules above ----------------------------------------------------------
 
-    max_unacked_messages_per_consumer: int = DEFAULT_MAX_UNACKED_MESSAGES_PER_CONSUMER
-    max_unacked_messages_per_subscription: int = DEFAULT_MAX_UNACKED_MESSAGES_PER_SUBSCRIPTION
 
-    def validate(self) -> None:
-        """Raises ValueError for a negative limit."""
-        if self.max_unacked_messages_per_consumer < 0 or self.max_unacked_messages_per_subscription < 0:
-            raise ValueError("unacked-message limits must be >= 0 (0 = unlimited)")
+class SharedDispatcher(Dispatcher):
+    def __init__(self, subscription, max_read_batch_size: int = 100, *, delayed_delivery: bool = True, clock=now_ms):
+        super().__init__(subscription, max_read_batch_size)
+        self.replay = ReplayQueue()
+        self.delayed = DelayedDeliveryTracker(clock) if delayed_delivery else None
+        self.clock = clock
+        self.round_robin = RoundRobinSelector()
+        self._blocked = False
+        self._timer: asyncio.TimerHandle | None = None
 
-    def consumer_blocked(self, was_blocked: bool, unacked_messages: int) -> bool:
-        """Whether a consumer holding ``unacked_messages`` is blocked, given whether it was."""
-        limit = self.max_unacked_messages_per_consumer
-        if limit <= 0:
-            return False
-        if was_blocked:
-            return unacked_messages > limit // 2
-        return unacked_messages >= limit
+    def takers(self) -> list[Consumer]:
+        return [c for c in self.consumers if c.can_take()]
 
-    def subscription_blocked(self, was_blocked: bool, unacked_messages: int) -> bool:
-        """Whether the subscription's dispatcher, with ``unacked_messages`` over all consumers, is blocked."""
-        limit = self.max_unacked_messages_per_subscription
-        if limit <= 0:
-            return False
-        if was_blocked:
-            return unacked_messages >= limit // 2
-        return unacked_messages >= limit
+    def ready(self) -> bool:
+        return bool(self.takers()) and not self.subscription_blocked()
+
+    def subscription_blocked(self) -> bool:
+        """The subscription-wide unacked limit, with Pulsar's hysteresis (blocked at the limit, free below half)."""
+        limits = UnackedLimits(max_unacked_messages_per_subscription=self.subscription.topic.limit("max_unacked_messages_per_subscription"))
+        self._blocked = limits.subscription_blocked(self._blocked, sum(c.unacked_messages for c in self.consumers))
+        return self._blocked
+
+    def read_count(self) -> int:
+        permits = sum(max(c.permits, 0) for c in self.takers())
+        return max(1, min(permits, self.max_read_batch_size))
+
+    async def read(self, count: int):
+        if len(self.replay):
+            positions = self.replay.pop(count)
+            return await self.subscription.read_positions(positions)
+        return await self.read_tail(count)
+
+    # ---- hand-out ------------------------------------------------------------
+
+    def dispatch(self, entries) -> bool:
+        out = self.hold_delayed(self.entries_to_send(entries, self.key_hash_of()))
+        if not out:
+            return bool(entries)  # everything was acked or delayed: keep reading
+        return self.hand_out(out)
+
+    def key_hash_of(self):
+        return None
+
+    def hand_out(self, out: list[DispatchedEntry]) -> bool:
+        sent = False
+        for e in out:
+            consumer = self.round_robin.next(self.consumers, lambda c: c.can_take())
+            if consumer is None:
+                self.replay.add(e.position)
+                continue
+            consumer.deliver([e])
+            self.subscription.record_out([e])
+            sent = True
+        return sent
+
+    def hold_delayed(self, out: list[DispatchedEntry]) -> list[DispatchedEntry]:
+        if self.delayed is None:
+            return out
+        now = self.clock()
+        kept = []
+        for e in out:
+            md = e.metadata
+            if md.HasField("deliver_at_time") and md.deliver_at_time > now and self.delayed.add(e.position, md.deliver_at_time):
+                continue
+            kept.append(e)
+        self._arm_timer()
+        return kept
+
+    def _arm_timer(self) -> None:
+        if self.delayed is None:
+            return
+        nxt = self.delayed.next_delivery_ms()
+        if nxt is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(max(0.0, (nxt - self.clock()) / 1000), self._release_due)
+
+    def _release_due(self) -> None:
+        self._timer = None
+        for position in self.delayed.due(self.clock()):
+            self.replay.add(position)
+        self._arm_timer()
+        self.wake()
+
+    # ---- redelivery ----------------------------------------------------------
+
+    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
+        released = consumer.pending.release_all() if positions is None else consumer.pending.release(positions)
+        consumer.redeliveries += 1
+        consumer.acked()
+        await self.redeliver_released(released)
+
+    async def redeliver_released(self, positions) -> None:
+        for p in positions:
+            self.redelivery.increment(p)
+            self.replay.add(p)
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> list:
+        released = super().remove_consumer(consumer)
+        self.wake()
+        return released
+
+    def forget_queued(self) -> None:
+        super().forget_queued()
+        self.replay.clear()
+        if self.delayed is not None:
+            self.delayed.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await super().close()

@@ -16,8 +16,9 @@ import logging
 from broker.errors import ConsumerBusyError, NotAllowedError, PersistenceError, SubscriptionNotFoundError
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.dispatcher import SingleActiveConsumerDispatcher
-from broker.subscriptions.dispatcher_shared import KeySharedDispatcher, SharedDispatcher
+from broker.subscriptions.key_shared import KeySharedDispatcher
+from broker.subscriptions.shared import SharedDispatcher
+from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
 from storage.errors import StorageError
 from storage.managed_ledger import Position
 

@@ -1,128 +1,40 @@
-"""Topic and namespace names, as Pulsar spells them.
+"""The broker's boundary to the topic-name parser (magnetar.topic_name): the same rules, the broker's error.
 
-A topic is ``persistent://<tenant>/<namespace>/<local-name>``. Shorter forms
-expand the way Pulsar's clients and admin tools do: ``my-topic`` means
-``persistent://public/default/my-topic`` and ``t/ns/my-topic`` means
-``persistent://t/ns/my-topic``. A partition of a partitioned topic is the
-internal topic ``<name>-partition-<i>``. The managed ledger behind a topic is
-named ``<tenant>/<namespace>/persistent/<url-encoded local name>``, the path
-Pulsar operators know under ``/managed-ledgers``.
-
-``parse_topic`` raises InvalidTopicNameError with the reason; nothing else in
-the broker parses names.
+The parser lives in the client package, which the broker already depends on
+for the wire codec, so broker, client and Spark connector read names one way.
+It raises ValueError; these wrappers raise InvalidTopicNameError with the
+same message, which a client receives as ServerError.InvalidTopicName (or
+HTTP 412 from the admin REST). Broker code parses names only through them;
+the name types themselves (TopicName, NamespaceName) come from
+magnetar.topic_name.
 """
 
 from __future__ import annotations
 
-import re
-import urllib.parse
-from dataclasses import dataclass
-
 from broker.errors import InvalidTopicNameError
-
-DEFAULT_TENANT = "public"
-DEFAULT_NAMESPACE = "default"
-PARTITION_SUFFIX = "-partition-"
-_SEGMENT = re.compile(r"^[-=:.\w]+$")
-_PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
-
-
-def check_segment(kind: str, value: str) -> str:
-    """A tenant, namespace or cluster name: letters, digits and ``-=:._``."""
-    if not value or not _SEGMENT.match(value):
-        raise InvalidTopicNameError(f"invalid {kind} name {value!r}: use letters, digits and -=:._")
-    return value
-
-
-@dataclass(frozen=True)
-class NamespaceName:
-    tenant: str
-    namespace: str
-
-    @classmethod
-    def parse(cls, text: str) -> "NamespaceName":
-        parts = text.split("/")
-        if len(parts) != 2:
-            raise InvalidTopicNameError(f"invalid namespace {text!r}: expected <tenant>/<namespace>")
-        return cls(check_segment("tenant", parts[0]), check_segment("namespace", parts[1]))
-
-    def __str__(self) -> str:
-        return f"{self.tenant}/{self.namespace}"
-
-
-@dataclass(frozen=True)
-class TopicName:
-    tenant: str
-    namespace: str
-    local_name: str  # includes any "-partition-<i>" suffix
-    domain: str = "persistent"
-
-    @property
-    def namespace_name(self) -> NamespaceName:
-        return NamespaceName(self.tenant, self.namespace)
-
-    @property
-    def partition_index(self) -> int:
-        """The partition number of an internal partition topic, else -1."""
-        m = _PARTITION.match(self.local_name)
-        return int(m.group("index")) if m else -1
-
-    @property
-    def partitioned_name(self) -> "TopicName":
-        """The partitioned topic this partition belongs to (itself when not a partition)."""
-        m = _PARTITION.match(self.local_name)
-        return TopicName(self.tenant, self.namespace, m.group("base"), self.domain) if m else self
-
-    def partition(self, index: int) -> "TopicName":
-        return TopicName(self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}", self.domain)
-
-    @property
-    def managed_ledger_name(self) -> str:
-        return f"{self.tenant}/{self.namespace}/{self.domain}/{encode_local_name(self.local_name)}"
-
-    @classmethod
-    def from_managed_ledger_name(cls, name: str) -> "TopicName":
-        tenant, namespace, domain, encoded = name.split("/", 3)
-        return cls(tenant, namespace, urllib.parse.unquote(encoded), domain)
-
-    def __str__(self) -> str:
-        return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local_name}"
-
-
-def encode_local_name(local_name: str) -> str:
-    return urllib.parse.quote(local_name, safe="")
+from magnetar import topic_name
+from magnetar.topic_name import NamespaceName, TopicName
 
 
 def parse_topic(text: str) -> TopicName:
     """Parse and validate a topic name; short forms expand to public/default. Raises InvalidTopicNameError."""
-    if not isinstance(text, str) or not text:
-        raise InvalidTopicNameError("topic name is empty")
-    if len(text) > 1024:
-        raise InvalidTopicNameError(f"topic name is {len(text)} characters; the limit is 1024")
-    if "://" in text:
-        domain, rest = text.split("://", 1)
-        if domain == "non-persistent":
-            raise InvalidTopicNameError(f"invalid topic {text!r}: non-persistent topics are not supported, use persistent://")
-        if domain != "persistent":
-            raise InvalidTopicNameError(f"invalid topic {text!r}: unknown domain {domain!r}, expected persistent://")
-        parts = rest.split("/")
-        if len(parts) != 3:
-            raise InvalidTopicNameError(
-                f"invalid topic {text!r}: expected persistent://<tenant>/<namespace>/<topic>"
-            )
-    else:
-        parts = text.split("/")
-        if len(parts) == 1:
-            parts = [DEFAULT_TENANT, DEFAULT_NAMESPACE, parts[0]]
-        elif len(parts) != 3:
-            raise InvalidTopicNameError(
-                f"invalid topic {text!r}: use <topic>, <tenant>/<namespace>/<topic> or persistent://<tenant>/<namespace>/<topic>"
-            )
-    tenant, namespace, local = parts
-    check_segment("tenant", tenant)
-    check_segment("namespace", namespace)
-    if not local or local.strip() != local:
-        raise InvalidTopicNameError(f"invalid topic {text!r}: the local name is empty or has surrounding spaces")
-    if any(ord(c) < 32 for c in local):
-        raise InvalidTopicNameError(f"invalid topic {text!r}: control characters are not allowed")
-    return TopicName(tenant, namespace, local)
+    try:
+        return topic_name.parse_topic(text)
+    except ValueError as exc:
+        raise InvalidTopicNameError(str(exc)) from None
+
+
+def parse_namespace(text: str) -> NamespaceName:
+    """``<tenant>/<namespace>``. Raises InvalidTopicNameError."""
+    try:
+        return NamespaceName.parse(text)
+    except ValueError as exc:
+        raise InvalidTopicNameError(str(exc)) from None
+
+
+def check_segment(kind: str, value: str) -> str:
+    """A tenant, namespace or cluster name: letters, digits and ``-=:._``. Raises InvalidTopicNameError."""
+    try:
+        return topic_name.check_segment(kind, value)
+    except ValueError as exc:
+        raise InvalidTopicNameError(str(exc)) from None

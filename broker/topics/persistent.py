@@ -25,9 +25,9 @@ from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import CURSOR_NAME as DEDUP_CURSOR, Deduplication, DupStatus
-from broker.topics.names import TopicName
 from broker.topics.producer import AccessMode, Producer, Verdict, admit
 from magnetar.protocol.frames import parse_headers_and_payload
+from magnetar.topic_name import TopicName
 from storage.errors import StorageError
 from storage.managed_ledger import InitialPosition, ManagedLedgerFencedError, Position
 

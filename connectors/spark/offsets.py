@@ -17,6 +17,8 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+from magnetar.topic_name import parse_topic
+
 _WHOLE = math.inf  # sorts after every batch index of its entry
 
 
@@ -97,24 +99,9 @@ def decode_offsets(stored: dict) -> dict[str, Offset]:
 
 
 def topic_url(name: str) -> str:
-    """``my-topic`` -> ``persistent://public/default/my-topic``; ``t/ns/x`` -> ``persistent://t/ns/x``."""
-    if "://" in name:
-        if not name.startswith("persistent://"):
-            raise ValueError(f"only persistent topics can be read and written: {name!r}")
-        return name
-    if name.count("/") == 2:
-        return f"persistent://{name}"
-    if "/" in name or not name:
-        raise ValueError(f"not a topic name: {name!r}")
-    return f"persistent://public/default/{name}"
-
-
-def split_topic(tp: str) -> tuple[str, int]:
-    """``.../t-partition-3`` -> (``.../t``, 3); a non-partitioned topic -> (name, -1), as Pulsar numbers it."""
-    base, sep, index = tp.rpartition("-partition-")
-    if sep and index.isdigit():
-        return base, int(index)
-    return tp, -1
+    """``my-topic`` -> ``persistent://public/default/my-topic``; ``t/ns/x`` -> ``persistent://t/ns/x``.
+    Raises ValueError (magnetar.topic_name's, with the reason) for a name the broker would refuse."""
+    return str(parse_topic(name))
 
 
 # ---- rules -------------------------------------------------------------------------

@@ -34,9 +34,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from connectors.spark.admin import Admin, TopicMissing, matching_partitions, topic_partitions
 from connectors.spark.offsets import (
     EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
-    split_topic,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
+from magnetar.topic_name import split_topic
 
 log = logging.getLogger("connectors.spark")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from broker.bundles import HASH_SPACE, NamespaceBundles, bundle_name, parse_bundle_name, topic_hash
 from broker.errors import InvalidBundleError
+from broker.ownership.bundles import HASH_SPACE, NamespaceBundles, bundle_name, parse_bundle_name, topic_hash
 from broker.topics.names import parse_topic
 
 

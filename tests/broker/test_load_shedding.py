@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.load_shedding import SheddingPolicy, broker_load_percent, plan_shedding
-from broker.placement import BundleStats, LoadReport
+from broker.loadbalance.broker_choice import BundleStats, LoadReport
+from broker.loadbalance.load_shedding import SheddingPolicy, broker_load_percent, plan_shedding
 
 POLICY = SheddingPolicy(threshold_percent=10.0, hit_count_threshold=1, grace_period_s=100.0,
                         min_unload_msg_rate=10.0, broker_max_msg_rate=1000.0)

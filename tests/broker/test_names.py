@@ -1,9 +1,13 @@
-"""Topic names: expansion, validation errors, partitions and managed-ledger names."""
+"""Topic names at the broker: expansion, validation errors (as the broker's InvalidTopicNameError), partitions and
+managed-ledger names. The parser itself is magnetar.topic_name (tests/magnetar_client/test_topic_name.py)."""
 
 import pytest
 
 from broker.errors import InvalidTopicNameError
-from broker.topics.names import NamespaceName, TopicName, parse_topic
+from broker.topics import names
+from broker.topics.names import parse_namespace, parse_topic
+from magnetar import topic_name
+from magnetar.topic_name import NamespaceName, TopicName
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -53,4 +57,19 @@ def test_managed_ledger_name_round_trips_with_encoding():
 def test_namespace_names():
     assert str(NamespaceName.parse("public/default")) == "public/default"
     with pytest.raises(InvalidTopicNameError):
-        NamespaceName.parse("just-one")
+        parse_namespace("just-one")
+
+
+@pytest.mark.parametrize("broker_side, parser_side, arg", [
+    (parse_topic, topic_name.parse_topic, "a/b"),
+    (parse_topic, topic_name.parse_topic, "non-persistent://t/ns/x"),
+    (parse_namespace, NamespaceName.parse, "just-one"),
+    (parse_namespace, NamespaceName.parse, "t/n$s"),
+    (lambda v: names.check_segment("tenant", v), lambda v: topic_name.check_segment("tenant", v), "bad tenant"),
+])
+def test_the_broker_boundary_keeps_the_parsers_reason_in_its_own_error(broker_side, parser_side, arg):
+    with pytest.raises(ValueError) as parser_error:
+        parser_side(arg)
+    with pytest.raises(InvalidTopicNameError) as broker_error:
+        broker_side(arg)
+    assert str(broker_error.value) == str(parser_error.value)

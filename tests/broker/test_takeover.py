@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.takeover import OwnerEvidence, Verdict, takeover_verdict
+from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
 
 HOLD_S = 30.0
 NOW = 1000.0

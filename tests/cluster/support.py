@@ -9,7 +9,7 @@ import urllib.request
 
 import pulsar
 
-from broker.bundles import NamespaceBundles, bundle_name
+from broker.ownership.bundles import NamespaceBundles, bundle_name
 from broker.topics.names import parse_topic
 from tests.harness.processes import wait_until
 

@@ -9,11 +9,12 @@ import uuid
 
 import pytest
 
-from broker.bundles import NamespaceBundles, bundle_name
 from broker.errors import ServiceNotReadyError
-from broker.ownership import BROKERS_ROOT, BrokerInfo, Ownership
+from broker.ownership.bundles import NamespaceBundles, bundle_name
+from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, Ownership
 from broker.resources import ConflictError, NotFoundError
-from broker.topics.names import NamespaceName, parse_topic
+from broker.topics.names import parse_topic
+from magnetar.topic_name import NamespaceName
 from storage.metadata import SessionState, open_store
 
 NS = NamespaceName("public", "default")

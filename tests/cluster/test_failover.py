@@ -10,8 +10,8 @@ import pulsar
 from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig
-from broker.bundles import NamespaceBundles
-from broker.ownership import BROKERS_ROOT, BrokerInfo, may_be_alive
+from broker.ownership.bundles import NamespaceBundles
+from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, may_be_alive
 from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of, topics_in
 from tests.harness.processes import wait_until
 from tests.harness.zookeeper import four_letter

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.load_manager import LEADER_PATH, LeaderElection
-from broker.ownership import BrokerInfo
+from broker.ownership.load_manager import LEADER_PATH, LeaderElection
+from broker.ownership.ownership import BrokerInfo
 from storage.metadata import open_store
 
 

@@ -8,7 +8,7 @@ import collections
 
 import pulsar
 
-from broker.bundles import NamespaceBundles, bundle_name
+from broker.ownership.bundles import NamespaceBundles, bundle_name
 from broker.topics.names import parse_topic
 from tests.cluster.support import Production, client, lookup, topics_in
 from tests.harness.processes import wait_until

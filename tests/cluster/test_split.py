@@ -11,7 +11,7 @@ import pytest
 
 import magnetar
 
-from broker.bundles import NamespaceBundles, bundle_name
+from broker.ownership.bundles import NamespaceBundles, bundle_name
 from tests.cluster.support import Production, client, lookup, owner_of, topics_in
 from tests.official_client.support import admin_call, distinct_in_order, receive_n
 

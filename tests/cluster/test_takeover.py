@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from broker.ownership import BROKERS_ROOT, BrokerInfo, Ownership
+from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, Ownership
 from broker.topics.names import parse_topic
 from storage.metadata import open_store
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from connectors.spark.offsets import (
-    EARLIEST, LedgerInfo, Offset, in_range, lost_range, message_key, parse_offset, range_entries, split_range, split_topic,
-    topic_url,
+    EARLIEST, LedgerInfo, Offset, in_range, lost_range, message_key, parse_offset, range_entries, split_range, topic_url,
 )
 from connectors.spark.options import MagnetarOptionError, parse_sink_options, parse_source_options
+from magnetar.topic_name import split_topic
 
 URL = {"service.url": "pulsar://localhost:6650"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.subscriptions.consumer import Consumer
-from broker.subscriptions.dispatcher import SingleActiveConsumerDispatcher
+from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import encode_headers_and_payload
 

@@ -9,13 +9,13 @@ import pytest
 
 from broker.errors import ConsumerAssignError
 from broker.subscriptions.delayed_delivery import DelayedDeliveryTracker
-from broker.subscriptions.failover import choose_active_consumer
 from broker.subscriptions.key_shared import (
     ConsistentHashingSelector, RecentlyJoined, StickyRangesSelector, murmur3_32, sticky_key_hash,
 )
 from broker.subscriptions.pending_acks import PendingAcks
 from broker.subscriptions.redelivery import RedeliveryTracker, ReplayQueue
 from broker.subscriptions.shared import RoundRobinSelector
+from broker.subscriptions.single_active import choose_active_consumer
 
 
 @dataclass(eq=False)

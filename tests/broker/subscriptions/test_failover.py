@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.subscriptions import ConsumerRef
-from broker.subscriptions.failover import choose_active_consumer, elect_active_consumer, failover_order
+from broker.subscriptions.single_active import choose_active_consumer, elect_active_consumer, failover_order
 
 
 def refs(*specs) -> list[ConsumerRef]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, strategies as st
 
-from broker.subscriptions.shared import RoundRobinSelector, UnackedLimits, consumer_can_take
+from broker.subscriptions.shared import RoundRobinSelector, consumer_can_take
+from broker.subscriptions.unacked_limits import UnackedLimits
 
 
 @dataclass(eq=False)

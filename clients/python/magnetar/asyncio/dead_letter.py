@@ -26,8 +26,9 @@ subscribe (the first one of a list); with retry enabled and no policy,
 
 from __future__ import annotations
 
-import re
 import time
+
+from magnetar.topic_name import split_topic
 
 RECONSUME_TIMES = "RECONSUMETIMES"
 DELAY_TIME = "DELAY_TIME"
@@ -36,8 +37,6 @@ ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 DEFAULT_MAX_RECONSUME_TIMES = 16
 RETRY_SUFFIX = "-RETRY"
 DLQ_SUFFIX = "-DLQ"
-
-_PARTITION = re.compile(r"-partition-\d+$")
 
 
 class DeadLetterPolicy:
@@ -60,7 +59,7 @@ class DeadLetterPolicy:
 
 def base_topic(topic: str) -> str:
     """The topic a partition belongs to (``REAL_TOPIC`` names the partitioned topic, as in Java)."""
-    return _PARTITION.sub("", topic)
+    return split_topic(topic)[0]
 
 
 def with_retry_defaults(policy: DeadLetterPolicy | None, topic: str, subscription: str) -> DeadLetterPolicy:

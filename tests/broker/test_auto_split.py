@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.bundle_split import MB, SplitThresholds, bundles_to_split, overload
-from broker.placement import BundleStats
+from broker.loadbalance.auto_split import MB, SplitThresholds, bundles_to_split, overload
+from broker.loadbalance.broker_choice import BundleStats
 
 LIMITS = SplitThresholds(max_topics=10, max_sessions=20, max_msg_rate=1000.0, max_bandwidth_mbytes=1.0, max_bundles=6)
 A, B, C = "t/ns/0x00000000_0x40000000", "t/ns/0x40000000_0x80000000", "t/ns/0x80000000_0xc0000000"

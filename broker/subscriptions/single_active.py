@@ -1,4 +1,4 @@
-"""Which consumer of a Failover (or Exclusive) subscription is active, and who must hear about a change.
+"""Exclusive and Failover subscriptions: which consumer is active, who must hear about a change, and its dispatcher.
 
 Pulsar's rule (``AbstractDispatcherSingleActiveConsumer``): consumers are
 ordered by priority level (the *lowest* number is the best), then by consumer
@@ -18,13 +18,19 @@ When the active consumer changes every Failover consumer is told with
 ACTIVE_CONSUMER_CHANGE (each learns whether it is now the active one); a
 consumer that joins without changing the active consumer is told alone. An
 Exclusive subscription sends no such notification.
+
+``SingleActiveConsumerDispatcher`` (the I/O, at the end of this module) sends
+every entry to the active consumer and rewinds the cursor when it changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Generic, Protocol, Sequence, TypeVar
 
+from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.dispatcher import Dispatcher
 from broker.subscriptions.key_shared import murmur3_32
 
 HASH_RING_POINTS_PER_CONSUMER = 100  # Pulsar's CONSUMER_CONSISTENT_HASH_REPLICAS
@@ -127,3 +133,81 @@ def elect_active_consumer(
     else:
         notify = ()
     return ActiveConsumerElection(active, previous, changed, notify)
+
+
+# ---- the dispatcher: I/O around the rules above ----------------------------------------------------------
+
+
+class SingleActiveConsumerDispatcher(Dispatcher):
+    """Exclusive and Failover: every entry goes to the one active consumer.
+
+    Failover picks the active consumer by priority level, then name (and for a
+    partition, rotates by partition index); every consumer hears
+    ACTIVE_CONSUMER_CHANGE when that changes. A change of active consumer, or a
+    redelivery request, rewinds the cursor to just after the mark-delete
+    position so the new active consumer sees everything unacknowledged, in order.
+    """
+
+    def __init__(self, subscription, max_read_batch_size: int = 100, partition_index: int = -1, *, failover: bool = False):
+        super().__init__(subscription, max_read_batch_size)
+        self.partition_index = partition_index
+        self.failover = failover  # only Failover consumers hear ACTIVE_CONSUMER_CHANGE, as in Pulsar
+        self.active: Consumer | None = None
+
+    def ready(self) -> bool:
+        return self.active is not None and self.active.can_take()
+
+    def read_count(self) -> int:
+        return max(1, min(self.active.permits, self.max_read_batch_size))
+
+    async def read(self, count: int):
+        return await self.read_tail(count)
+
+    def dispatch(self, entries) -> bool:
+        if self.active is None:
+            return False
+        out = self.entries_to_send(entries)
+        self.active.deliver(out)
+        self.subscription.record_out(out)
+        return True
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self._pick_active(initial=True)
+        self.start()
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> list:
+        released = super().remove_consumer(consumer)
+        for p in released:
+            self.redelivery.increment(p)
+        if consumer is self.active:
+            self.active = None
+            self._pick_active()
+            asyncio.get_running_loop().create_task(self._rewind())
+        return released
+
+    def _pick_active(self, initial: bool = False) -> None:
+        chosen = choose_active_consumer(self.consumers, self.partition_index)
+        changed = chosen is not self.active
+        previous, self.active = self.active, chosen
+        if changed and previous is not None and previous in self.consumers:
+            # The old active consumer's unacked messages go to the new one after a rewind.
+            for p in previous.pending.release_all():
+                self.redelivery.increment(p)
+            asyncio.get_running_loop().create_task(self._rewind())
+        if self.failover and (changed or initial):
+            for c in self.consumers:
+                c.connection.send_active_consumer_change(c.consumer_id, c is self.active)
+
+    async def _rewind(self) -> None:
+        self.cursor.rewind()
+        await self.restart()
+
+    async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
+        if consumer is not self.active:
+            return
+        for p in consumer.pending.release_all():
+            self.redelivery.increment(p)
+        consumer.redeliveries += 1
+        await self._rewind()

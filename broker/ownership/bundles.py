@@ -7,7 +7,7 @@ A topic hashes (CRC32 of its full name; each partition separately) into
 bound of the last bundle as ``0xffffffff``. A new namespace has
 ``default_number_of_namespace_bundles`` equal ranges; a split
 (Pulsar's ``range_equally_divide``) cuts one bundle at its midpoint, so the
-boundaries only ever gain points. No I/O here: broker/ownership.py stores the
+boundaries only ever gain points. No I/O here: broker/ownership/ownership.py stores the
 boundaries and decides who owns each bundle.
 """
 
@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 
 from broker.errors import InvalidBundleError
-from broker.topics.names import TopicName
+from magnetar.topic_name import TopicName
 
 HASH_SPACE = 1 << 32
 FULL_UPPER = 0xFFFFFFFF  # how Pulsar writes the upper bound of the last bundle

@@ -1,14 +1,14 @@
 """Namespace bundles and which broker owns them (Pulsar's NamespaceService / OwnershipCache).
 
 How it works: a namespace's topic-hash space is cut into bundles
-(broker/bundles.py); the boundaries live in the namespace's local policies
+(broker/ownership/bundles.py); the boundaries live in the namespace's local policies
 (broker/resources.py), the default equal ranges until a first split. A broker
 owns a bundle by creating the *ephemeral* node
 ``/namespace/<tenant>/<ns>/<0xLO_0xHI>`` holding its URLs; exactly one create
 can succeed, so brokers racing for a bundle end with one owner. The node
 lives as long as the broker's metadata session: when the broker dies or is
 partitioned past the session timeout the node disappears and another broker
-may take the bundle. A broker proven dead sooner (broker/takeover.py: every
+may take the bundle. A broker proven dead sooner (broker/ownership/takeover.py: every
 advertised port refuses connections) loses the node at once, by a delete
 conditional on the version read from its session; an owner that finds its
 node deleted under a live session stops serving that bundle at once. A
@@ -28,7 +28,7 @@ the new boundaries.
 
 Brokers register ephemerally under ``/loadbalance/brokers/<id>`` with their
 URLs and ``LoadReport``; an unowned bundle goes to the broker that
-broker/placement.py chooses.
+broker/loadbalance/broker_choice.py chooses.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from broker.bundles import BundleRange, NamespaceBundles, bundle_name
 from broker.errors import BrokerMetadataError, ServiceNotReadyError
-from broker.placement import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
+from broker.loadbalance.broker_choice import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
+from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
+from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
 from broker.resources import ConflictError, NotFoundError, Resources
-from broker.takeover import OwnerEvidence, Verdict, takeover_verdict
-from broker.topics.names import NamespaceName, TopicName
+from magnetar.topic_name import NamespaceName, TopicName
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import EventType, MetadataStore, SessionState, Watch, WatchEvent
 
@@ -97,7 +97,7 @@ def bundle_key(path: str) -> str:
 
 class Ownership:
     """``owns_address``: this process listens on the address ``me.broker_id`` names, so a node recorded under our
-    id by another session belongs to a dead previous incarnation (see broker/takeover.py). ``on_bundle_lost(path)``
+    id by another session belongs to a dead previous incarnation (see broker/ownership/takeover.py). ``on_bundle_lost(path)``
     is called when another broker took an owned bundle while our session lived (we were judged dead)."""
 
     def __init__(self, store: MetadataStore, me: BrokerInfo, default_bundles: int, on_session_lost, *,
@@ -206,7 +206,7 @@ class Ownership:
         return out
 
     async def place(self, path: str) -> BrokerInfo:
-        """The live broker that should take the unowned bundle at ``path`` (see broker/placement.py). A broker
+        """The live broker that should take the unowned bundle at ``path`` (see broker/loadbalance/broker_choice.py). A broker
         that refuses connections is passed over: a killed broker's report lingers until its session expires."""
         brokers = {info.broker_id: (info, report) for info, report in await self.live_brokers()}
         reports = {b: report for b, (_, report) in brokers.items()}
@@ -329,7 +329,7 @@ class Ownership:
 
     async def free_if_owner_dead(self, path: str) -> bool:
         """Settle a bundle whose node another session holds: True when it is unowned now, False while a live
-        owner (or we) hold it. An owner proven dead (broker/takeover.py) loses its node at once, by a delete
+        owner (or we) hold it. An owner proven dead (broker/ownership/takeover.py) loses its node at once, by a delete
         conditional on the version read from that same session; otherwise, when the verdict is to wait, this
         waits up to ``owner_expiry_wait_s`` for the session to expire. Raises BrokerMetadataError."""
         for _ in range(MAX_ATTEMPTS):

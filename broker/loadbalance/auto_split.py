@@ -1,10 +1,10 @@
 """Which of a broker's bundles to split now: a pure decision from its bundles' stats (Pulsar's BundleSplitterTask).
 
 Every ``load_balancer_split_interval_s`` the owner of bundles compares each
-bundle's stats (broker/placement.py ``BundleStats``: loaded topics, producers
+bundle's stats (broker/loadbalance/broker_choice.py ``BundleStats``: loaded topics, producers
 plus consumers, msg/s in plus out, bytes/s in plus out) with the thresholds
 below; a bundle over any of them is split at its midpoint through the same
-path as ``PUT .../{bundle}/split`` (broker/ownership.py). As in Pulsar:
+path as ``PUT .../{bundle}/split`` (broker/ownership/ownership.py). As in Pulsar:
 
 * a bundle with one topic is never split (both halves would keep the load);
 * a threshold of 0 switches that criterion off;
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from broker.placement import BundleStats
+from broker.loadbalance.broker_choice import BundleStats
 
 MB = 1024 * 1024
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from broker.placement import (
+from broker.loadbalance.broker_choice import (
     BundleStats, BundleStatsSampler, LoadReport, LoadSampler, PlacementWeights, TopicSample, choose_broker, load_score,
 )
 

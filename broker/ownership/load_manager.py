@@ -6,7 +6,7 @@ publishes them in ``/loadbalance/brokers/<id>`` as ``lastStats``. Two loops
 run on every broker, each a thin shell around a pure decision:
 
 * **Split** (``load_balancer_split_interval_s``): the broker splits the
-  bundles it owns that ``bundle_split.bundles_to_split`` picks, through the
+  bundles it owns that ``auto_split.bundles_to_split`` picks, through the
   same ``BrokerService.split_bundle`` as the admin REST (halves owned before
   the boundaries change, then, with ``load_balancer_auto_unload_split_bundles_enabled``,
   both halves unloaded gracefully so lookups place them afresh). Unlike Pulsar,
@@ -24,7 +24,7 @@ run on every broker, each a thin shell around a pure decision:
   and the grace-period memory are the leader's and start empty on a new leader.
 
 Neither loop ever moves a bundle by any other path than split and unload, so
-the single-owner guarantees of broker/ownership.py hold unchanged.
+the single-owner guarantees of broker/ownership/ownership.py hold unchanged.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from typing import Callable
 
 import aiohttp
 
-from broker.bundle_split import bundles_to_split
-from broker.bundles import parse_bundle_name
 from broker.errors import BrokerError
-from broker.load_shedding import plan_shedding
-from broker.ownership import NAMESPACE_ROOT, BrokerInfo
-from broker.topics.names import NamespaceName
+from broker.loadbalance.auto_split import bundles_to_split
+from broker.loadbalance.load_shedding import plan_shedding
+from broker.ownership.bundles import parse_bundle_name
+from broker.ownership.ownership import NAMESPACE_ROOT, BrokerInfo
+from broker.topics.names import parse_namespace
 from storage.errors import MetadataError, NodeExistsError, NoNodeError, StorageError
 
 log = logging.getLogger(__name__)
@@ -129,13 +129,13 @@ class LoadManager:
         for key in stats:
             ns = key.rsplit("/", 1)[0]
             if ns not in counts:
-                counts[ns] = len(await ownership.namespace_bundles(NamespaceName.parse(ns), fresh=True))
+                counts[ns] = len(await ownership.namespace_bundles(parse_namespace(ns), fresh=True))
         done = []
         for key in bundles_to_split(stats, counts, self.config.split_thresholds()):
             ns, name = key.rsplit("/", 1)
             try:
                 halves = await self.service.split_bundle(
-                    NamespaceName.parse(ns), parse_bundle_name(name),
+                    parse_namespace(ns), parse_bundle_name(name),
                     self.config.load_balancer_auto_unload_split_bundles_enabled)
             except BrokerError as exc:  # e.g. unloaded meanwhile, too small, boundaries kept changing
                 log.warning("automatic split of bundle %s skipped: %s", key, exc)

@@ -26,7 +26,7 @@ broker's load report and calls ``plan_shedding``:
    bundle.
 
 The leader unloads each chosen bundle through its owner's graceful unload;
-the next lookup of one of its topics places it (broker/placement.py), which
+the next lookup of one of its topics places it (broker/loadbalance/broker_choice.py), which
 prefers the less loaded brokers. Unlike Pulsar there is no history smoothing
 of the usage (loadBalancerHistoryResourcePercentage): the hit count plays that role.
 """
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from broker.placement import CPU_LIMIT_PERCENT, LoadReport
+from broker.loadbalance.broker_choice import CPU_LIMIT_PERCENT, LoadReport
 
 MARGIN_PERCENT = 5.0  # Pulsar's ThresholdShedder.ADDITIONAL_THRESHOLD_PERCENT_MARGIN
 
