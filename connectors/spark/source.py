@@ -141,7 +141,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
     client = None
     try:
         client = loop.run_until_complete(_async_client(AsyncClient, service_url))
-        first = MessageId.earliest if start.is_earliest else MessageId(start.ledger, start.entry)
+        first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         reader = loop.run_until_complete(client.create_reader(tp, first, start_message_id_inclusive=True,
                                                               receiver_queue_size=chunk))
         rows = _Rows(topic, index)
@@ -310,8 +310,8 @@ class _Driver:
             if offset.is_earliest or self._committed.get(tp) == offset:
                 continue
             whole = offset.covers_whole_entry()
-            mid = MessageId(offset.ledger, offset.entry, -1 if whole else offset.batch_index, -1,
-                            0 if whole else offset.batch_size)
+            mid = MessageId(ledger_id=offset.ledger, entry_id=offset.entry,
+                            batch_index=-1 if whole else offset.batch_index, batch_size=0 if whole else offset.batch_size)
             self.subscription(tp).acknowledge_cumulative(mid)
             self._committed[tp] = offset
 
@@ -338,7 +338,7 @@ class _Scanner:
 
         if self.reader is not None:
             self.reader.close()
-        first = MessageId.earliest if start.is_earliest else MessageId(start.ledger, start.entry)
+        first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         self.reader = self.client.create_reader(self.tp, first, start_message_id_inclusive=True)
         self.origin, self.ids = start, collections.deque()
 

@@ -85,7 +85,7 @@ async def test_a_batch_comes_out_in_order_with_each_message_s_fields():
     conn.data_received(batch_frame(5, 4))
     got = await drain(consumer)
     assert [m.data() for m in got] == [b"m0", b"m1", b"m2", b"m3"]
-    assert [m.message_id() for m in got] == [MessageId(3, 5, i, -1, 4) for i in range(4)]
+    assert [m.message_id() for m in got] == [MessageId(-1, 3, 5, i, 4) for i in range(4)]
     assert [m.message_id().batch_size() for m in got] == [4] * 4
     assert [(m.partition_key(), m.event_timestamp(), m.properties()) for m in got] == [
         (f"k{i}", 1000 + i, {"i": str(i)}) for i in range(4)]
@@ -103,7 +103,7 @@ async def test_indexes_the_broker_marks_acknowledged_are_skipped_and_the_rest_ke
 
 @pytest.mark.parametrize("inclusive, first", [(True, 2), (False, 3)])
 async def test_a_reader_starting_inside_a_batch_drops_what_lies_before_its_start(inclusive, first):
-    consumer, conn, _ = make_consumer(durable=False, start_message_id=MessageId(3, 5, 2, -1, 6),
+    consumer, conn, _ = make_consumer(durable=False, start_message_id=MessageId(-1, 3, 5, 2, 6),
                                       start_message_id_inclusive=inclusive)
     consumer._start = (consumer.start_message_id, inclusive)
     conn.data_received(batch_frame(4, 6))  # an entry before the start: dropped whole
@@ -115,7 +115,7 @@ async def test_a_reader_starting_inside_a_batch_drops_what_lies_before_its_start
 
 @pytest.mark.parametrize("inclusive", [True, False])
 async def test_a_reader_starting_at_an_unbatched_message(inclusive):
-    consumer, conn, _ = make_consumer(durable=False, start_message_id=MessageId(3, 5), start_message_id_inclusive=inclusive)
+    consumer, conn, _ = make_consumer(durable=False, start_message_id=MessageId(-1, 3, 5), start_message_id_inclusive=inclusive)
     consumer._start = (consumer.start_message_id, inclusive)
     for entry in (4, 5, 6):
         conn.data_received(single_frame(entry, b"e%d" % entry))
@@ -144,7 +144,7 @@ async def test_chunks_become_one_message_that_acknowledges_the_earlier_chunks():
     conn.data_received(chunk(13, 1))
     conn.data_received(chunk(14, 2))
     [msg] = await drain(consumer)
-    assert msg.data() == b"aabbc" and msg.message_id() == MessageId(3, 14, -1, -1)
+    assert msg.data() == b"aabbc" and msg.message_id() == MessageId(-1, 3, 14, -1)
     assert list(msg.chunks) == [(3, 12), (3, 13)]
     await consumer.acknowledge(msg)
     acked = [(i.ledgerId, i.entryId) for c in transport.commands if c.type == T.ACK for i in c.ack.message_id]
@@ -160,9 +160,9 @@ async def test_receive_entries_hands_over_what_receive_left_of_an_entry():
     entries = await consumer.receive_entries(max_messages=8, timeout_millis=0)  # whole entries, at least 8 messages
     assert [m.message_id().batch_index() for m in first] == [0, 1, 2]
     assert [(e.entry_id, list(e.indexes)) for e in entries] == [(5, list(range(3, 10))), (6, list(range(10)))]
-    assert consumer._last_dequeued == MessageId(3, 6, 9, -1, 10)
+    assert consumer._last_dequeued == MessageId(-1, 3, 6, 9, 10)
     rest = await consumer.batch_receive(max_messages=100, timeout_millis=0)
-    assert [m.message_id() for m in rest] == [MessageId(3, 7, i, -1, 10) for i in range(10)]
+    assert [m.message_id() for m in rest] == [MessageId(-1, 3, 7, i, 10) for i in range(10)]
 
 
 async def test_permits_are_granted_again_for_every_message_handed_out():

@@ -41,9 +41,9 @@ def test_reconsume_properties(props, custom, expect_times, expect):
 
 
 @pytest.mark.parametrize("mid, text", [
-    (magnetar.MessageId(7, 3), "7:3:-1"),
-    (magnetar.MessageId(7, 3, partition=2), "7:3:2"),
-    (magnetar.MessageId(7, 3, batch_index=4, partition=2, batch_size=10), "7:3:2:4"),
+    (magnetar.MessageId(ledger_id=7, entry_id=3), "7:3:-1"),
+    (magnetar.MessageId(ledger_id=7, entry_id=3, partition=2), "7:3:2"),
+    (magnetar.MessageId(ledger_id=7, entry_id=3, batch_index=4, partition=2, batch_size=10), "7:3:2:4"),
 ])
 def test_origin_message_id_reads_as_the_java_client_writes_it(mid, text):
     assert dl.origin_message_id(mid) == text

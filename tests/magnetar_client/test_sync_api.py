@@ -109,6 +109,20 @@ def test_message_id_serialization_round_trips():
     assert magnetar.MessageId.earliest < mid < magnetar.MessageId.latest
 
 
+@pytest.mark.parametrize("args, kwargs", [
+    ((2, 5, 7, 3), {}),
+    ((), {"ledger_id": 5, "entry_id": 7}),
+    ((-1, 9, 0), {}),
+    ((), {}),
+])
+def test_message_id_takes_the_official_clients_arguments(args, kwargs):
+    """Code written for pulsar-client builds the same id: pulsar.MessageId(partition, ledger_id, entry_id,
+    batch_index), positional or by name (magnetar's constructor once took the ledger first)."""
+    ours, theirs = magnetar.MessageId(*args, **kwargs), pulsar.MessageId(*args, **kwargs)
+    assert (ours.partition(), ours.ledger_id(), ours.entry_id(), ours.batch_index()) == \
+           (theirs.partition(), theirs.ledger_id(), theirs.entry_id(), theirs.batch_index())
+
+
 def test_interop_both_ways_with_the_official_client(mclient, standalone, topic):
     official = pulsar.Client(standalone.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:

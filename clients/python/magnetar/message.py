@@ -13,14 +13,19 @@ _U64 = (1 << 64) - 1
 
 @functools.total_ordering
 class MessageId:
-    """(ledger id, entry id, batch index, partition). ``MessageId.earliest`` / ``MessageId.latest`` as in Pulsar."""
+    """(ledger id, entry id, batch index, partition). ``MessageId.earliest`` / ``MessageId.latest`` as in Pulsar.
+
+    The constructor takes pulsar.MessageId's arguments in pulsar's order, ``(partition, ledger_id, entry_id,
+    batch_index)``, so code written for the official client builds the same id; ``batch_size`` is ours.
+    """
 
     earliest: "MessageId"
     latest: "MessageId"
 
     __slots__ = ("_ledger_id", "_entry_id", "_batch_index", "_partition", "_batch_size")
 
-    def __init__(self, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1, batch_size: int = 0):
+    def __init__(self, partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1,
+                 batch_size: int = 0):
         self._ledger_id, self._entry_id = ledger_id, entry_id
         self._batch_index, self._partition, self._batch_size = batch_index, partition, batch_size
 
@@ -67,8 +72,9 @@ class MessageId:
     def from_proto(cls, data: pb.MessageIdData, partition: int | None = None) -> "MessageId":
         ledger = data.ledgerId - (1 << 64) if data.ledgerId >= 1 << 63 else data.ledgerId
         entry = data.entryId - (1 << 64) if data.entryId >= 1 << 63 else data.entryId
-        return cls(ledger, entry, data.batch_index, data.partition if partition is None else partition,
-                   data.batch_size if data.HasField("batch_size") else 0)
+        return cls(ledger_id=ledger, entry_id=entry, batch_index=data.batch_index,
+                   partition=data.partition if partition is None else partition,
+                   batch_size=data.batch_size if data.HasField("batch_size") else 0)
 
     def serialize(self) -> bytes:
         return self.to_proto().SerializeToString()
@@ -80,8 +86,8 @@ class MessageId:
         return cls.from_proto(msg)
 
 
-MessageId.earliest = MessageId(-1, -1)
-MessageId.latest = MessageId((1 << 63) - 1, (1 << 63) - 1)
+MessageId.earliest = MessageId(ledger_id=-1, entry_id=-1)
+MessageId.latest = MessageId(ledger_id=(1 << 63) - 1, entry_id=(1 << 63) - 1)
 
 
 class Message:
@@ -166,7 +172,7 @@ class ReceivedEntry:
 
     def message(self, i: int) -> Message:
         """The ``i``-th message kept (not the batch index ``i``)."""
-        msg = Message(self.payloads[i], MessageId(self.ledger_id, self.entry_id, self.indexes[i], self.partition,
+        msg = Message(self.payloads[i], MessageId(self.partition, self.ledger_id, self.entry_id, self.indexes[i],
                                                   self.batch_size),
                       self.metadata, self.singles[i], self.topic, self.redelivery_count)
         if self.chunks:
@@ -185,7 +191,7 @@ class ReceivedEntry:
     # Columns: what the Message accessors of the same name give, for every message kept, in order.
 
     def message_ids(self) -> list[MessageId]:
-        return [MessageId(self.ledger_id, self.entry_id, i, self.partition, self.batch_size) for i in self.indexes]
+        return [MessageId(self.partition, self.ledger_id, self.entry_id, i, self.batch_size) for i in self.indexes]
 
     def serialized_message_ids(self) -> list[bytes]:
         """``message_id().serialize()`` of each message, without a MessageId or protobuf object per message.

@@ -284,7 +284,7 @@ class AsyncConsumer:
             out.append(entry)
             count += len(entry)
         last = out[-1]
-        self._last_dequeued = MessageId(last.ledger_id, last.entry_id, last.indexes[-1], last.partition, last.batch_size)
+        self._last_dequeued = MessageId(last.partition, last.ledger_id, last.entry_id, last.indexes[-1], last.batch_size)
         if self.ack_timeout_s is not None:
             for entry in out:
                 for msg in entry.messages():

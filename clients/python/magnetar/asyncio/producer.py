@@ -403,7 +403,7 @@ class AsyncProducer:
             self._last_seq_published = max(self._last_seq_published, first.highest_sequence_id)
             for i, c in enumerate(first.completions):
                 if c is not None and not c.done():
-                    c.set_result(MessageId(ledger, entry, i if first.batched else -1, self.partition))
+                    c.set_result(MessageId(self.partition, ledger, entry, i if first.batched else -1))
             if first.sequence_id == receipt.sequence_id:
                 break
         self._room()
