@@ -21,6 +21,13 @@ comes back exactly, however many holes it has. The cursor ledger is replaced
 after ``cursor_max_entries_per_ledger`` entries or
 ``cursor_max_size_per_ledger_mb``, and after any failed write (a state is
 never continued in a ledger where one of its chunks failed).
+
+Lifecycle: OPEN -> CLOSED -> DELETED (durable cursors), through the table in
+lifecycle.py: ``close`` and ``delete_persisted`` here are the only changes.
+The acknowledgement methods, ``seek``, ``rewind``, ``reset`` and reads change
+the positions and ack state; the cursor ledger and snapshot change only in
+the persistence methods (``_write_state`` and what it calls). Ledgers are
+reached only through storage.client.api.
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from storage.errors import (
     BadVersionError, CursorNotFoundError, CursorStateCorruptError, ManagedLedgerClosedError, ManagedLedgerFencedError,
     NodeExistsError, NoNodeError, NoSuchLedgerError, StorageError,
 )
+from storage.client import api
 from storage.managed_ledger.ack_ranges import AckRanges
 from storage.managed_ledger.cursor_state import (
     Chunk, CursorState, decode_state, encode_state, frame_chunks, join_chunks, mask_indexes, parse_entry,
     previous_final_chunk, snapshot_doc, snapshot_is_complete, state_from_doc,
 )
+from storage.managed_ledger.lifecycle import ManagedCursorState, cursor_lifecycle
 from storage.managed_ledger.position import Entry, InitialPosition, Position
 
 log = logging.getLogger(__name__)
@@ -69,8 +78,8 @@ class ManagedCursor:
         self.deleted = AckRanges()
         self.batch_deleted: dict[Position, int] = {}  # bitmask of acked batch indexes, for partly acked entries
         self.properties: dict[str, int] = {}
-        self._closed = False
-        self._ledger = None  # cursor ledger being written
+        self._lifecycle = cursor_lifecycle(f"cursor {name} of {ml.name}")
+        self._ledger: api.WriteHandle | None = None  # cursor ledger being written
         self._ledger_entries = 0
         self._ledger_bytes = 0
         self._ledger_broken = False  # a chunk failed: the next state goes to a new ledger
@@ -191,7 +200,7 @@ class ManagedCursor:
     def _snapshot_doc_of(self, state: CursorState) -> dict:
         return snapshot_doc(state, self.ml.config.max_unacked_ranges_to_persist_in_metadata_store)
 
-    async def _add_chunks(self, ledger, chunks: list[bytes]) -> None:
+    async def _add_chunks(self, ledger: api.WriteHandle, chunks: list[bytes]) -> None:
         hooks = self.ml.factory.hooks
         try:
             for index, chunk in enumerate(chunks):
@@ -235,7 +244,7 @@ class ManagedCursor:
             except StorageError as exc:
                 log.warning("deleting old cursor ledger %d: %s", ledger_id, exc)
 
-    async def _discard_ledger(self, handle) -> None:
+    async def _discard_ledger(self, handle: api.WriteHandle) -> None:
         """A new cursor ledger that never made it into the snapshot: nothing refers to it."""
         try:
             await handle.close()
@@ -248,8 +257,12 @@ class ManagedCursor:
 
     # ---- acknowledgements ------------------------------------------------------------
 
+    @property
+    def state(self) -> ManagedCursorState:
+        return self._lifecycle.state
+
     def _check(self) -> None:
-        if self._closed:
+        if self.state is not ManagedCursorState.OPEN:
             raise ManagedLedgerClosedError(f"cursor {self.name} of {self.ml.name} is closed")
         self.ml.check_open()
 
@@ -441,14 +454,15 @@ class ManagedCursor:
     # ---- lifecycle ----------------------------------------------------------------
 
     async def close(self) -> None:
-        if self._closed:
+        if self.state is not ManagedCursorState.OPEN:
             return
         if self._flusher is not None and not self._flusher.done():
             try:
                 await self._flusher
             except (StorageError, asyncio.CancelledError):
                 pass
-        self._closed = True
+        if self.state is ManagedCursorState.OPEN:  # a concurrent close may have got here first
+            self._lifecycle.to(ManagedCursorState.CLOSED)
         if not self.durable:
             self.ml.forget_non_durable(self)
         if self._ledger is not None:
@@ -458,6 +472,8 @@ class ManagedCursor:
                 pass
 
     async def delete_persisted(self) -> None:
+        if self.state is ManagedCursorState.DELETED:
+            return
         await self.close()
         if not self.durable:
             return
@@ -473,9 +489,11 @@ class ManagedCursor:
                 await self.ml.client.delete_ledger(ledger_id)
             except StorageError:
                 pass
+        if self.state is ManagedCursorState.CLOSED:
+            self._lifecycle.to(ManagedCursorState.DELETED)
 
 
-async def _read_latest_state(handle) -> CursorState | None:
+async def _read_latest_state(handle: api.ReadHandle) -> CursorState | None:
     """The last complete state in a cursor ledger (None if it has none); see cursor_state.py for the walk."""
     entry_id = handle.last_add_confirmed
     while entry_id >= 0:
