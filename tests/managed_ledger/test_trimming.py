@@ -33,6 +33,12 @@ def test_ledgers_to_trim(slowest, now, retention, expected):
     assert [i.ledger_id for i in ledgers_to_trim(LOG, slowest, now, retention)] == expected
 
 
+def test_the_walk_stops_at_the_first_ledger_retention_keeps():
+    # Ledger 1 (300 B) must stay for 200 B of retention; ledger 2 alone could go, but never before ledger 1.
+    log = ManagedLedgerInfo(ledgers=[LedgerInfo(1, 2, 300, 0.0), LedgerInfo(2, 2, 100, 10.0), LedgerInfo(3, 1, 50, 20.0)])
+    assert ledgers_to_trim(log, None, 100, Retention(-1, 200)) == []
+
+
 def test_only_the_current_ledger_is_never_trimmed():
     assert ledgers_to_trim(ManagedLedgerInfo(ledgers=[LedgerInfo(9, 5, 500, 0.0)]), None, 1e9, NO_RETENTION) == []
 
