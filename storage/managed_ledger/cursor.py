@@ -40,6 +40,7 @@ from storage.managed_ledger.ack_ranges import AckRanges
 from storage.managed_ledger.cursor_ledger import CursorLedger, read_latest_state
 from storage.managed_ledger.cursor_state import CursorState, mask_indexes, snapshot_is_complete, state_from_doc
 from storage.managed_ledger.lifecycle import ManagedCursorState, cursor_lifecycle
+from storage.managed_ledger.metadata import ManagedLedgerInfo
 from storage.managed_ledger.position import Entry, InitialPosition, Position
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,21 @@ def fill_small_gaps(positions: list[Position], max_gap: int) -> list[Position]:
             out.extend(Position(p.ledger_id, e) for e in range(out[-1].entry_id + 1, p.entry_id))
         out.append(p)
     return out
+
+
+def unconsumed_positions(info: ManagedLedgerInfo, deleted: AckRanges, start: Position, limit: int) -> list[Position]:
+    """Up to ``limit`` existing positions from ``start`` on that are not in ``deleted``: jumps over acked runs."""
+    wanted: list[Position] = []
+    for ledger in info.ledgers:
+        if ledger.ledger_id < start.ledger_id:
+            continue
+        first = start.entry_id if ledger.ledger_id == start.ledger_id else 0
+        for lo, hi in deleted.unacked_runs(ledger.ledger_id, first, ledger.entries):
+            take = min(hi - lo, limit - len(wanted))
+            wanted.extend(Position(ledger.ledger_id, e) for e in range(lo, lo + take))
+            if len(wanted) >= limit:
+                return wanted
+    return wanted
 
 
 class ManagedCursor:
@@ -275,7 +291,7 @@ class ManagedCursor:
         if max_entries <= 0:
             return []
         start = self.ml.normalize(max(self.read_position, self.ml.position_after(self.mark_delete_position)))
-        wanted = self._unconsumed_from(start, max_entries)
+        wanted = unconsumed_positions(self.ml.info, self.deleted, start, max_entries)
         if not wanted:
             self.read_position = self.ml.next_position  # everything left is acknowledged
             return []
@@ -287,20 +303,6 @@ class ManagedCursor:
         if self.read_position == began_at and entries:  # a seek during the read wins
             self.read_position = self.ml.position_after(entries[-1].position)
         return entries
-
-    def _unconsumed_from(self, start: Position, limit: int) -> list[Position]:
-        """Up to ``limit`` existing positions from ``start`` on that are not acknowledged: jumps over acked runs."""
-        wanted: list[Position] = []
-        for info in self.ml.info.ledgers:
-            if info.ledger_id < start.ledger_id:
-                continue
-            first = start.entry_id if info.ledger_id == start.ledger_id else 0
-            for lo, hi in self.deleted.unacked_runs(info.ledger_id, first, info.entries):
-                take = min(hi - lo, limit - len(wanted))
-                wanted.extend(Position(info.ledger_id, e) for e in range(lo, lo + take))
-                if len(wanted) >= limit:
-                    return wanted
-        return wanted
 
     async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:
         """Like read_entries, but waits for the next add at the end of the log. Cancelling leaves the cursor as it was."""
