@@ -240,6 +240,13 @@ class ClientClosedError(LedgerClientError):
     """The ledger client or handle is closed."""
 
 
+@register(209)
+class ReplicationError(LedgerClientError):
+    """A ledger could not be re-replicated this time (no good copy, no replacement bookie, a race lost)."""
+
+    retriable = True
+
+
 # ---- bookie start-up -----------------------------------------------------
 
 

@@ -99,6 +99,25 @@ class LedgerMetadata:
         kept = tuple(f for f in self.ensembles if f[0] < first_entry_id)
         return replace(self, ensembles=kept + ((first_entry_id, tuple(ensemble)),))
 
+    def with_ensemble_replaced(self, index: int, ensemble: tuple[str, ...]) -> "LedgerMetadata":
+        """Autorecovery: the same fragment (same first entry) held by other bookies. Allowed in any state."""
+        first, old = self.ensembles[index]
+        if len(ensemble) != len(old):
+            raise LedgerMetadataError(f"ledger {self.ledger_id}: fragment {index} must keep {len(old)} bookies")
+        ensembles = list(self.ensembles)
+        ensembles[index] = (first, tuple(ensemble))
+        return replace(self, ensembles=tuple(ensembles))
+
+    def repaired_from(self, ours: "LedgerMetadata") -> bool:
+        """True when this (newer) metadata differs from ``ours`` only by autorecovery's work:
+        same state, same fragments by first entry, the last fragment untouched. A writer
+        adopts such a change instead of treating it as a rival writer."""
+        if self.state is not ours.state or len(self.ensembles) != len(ours.ensembles):
+            return False
+        if [f for f, _ in self.ensembles] != [f for f, _ in ours.ensembles]:
+            return False
+        return self.ensembles[-1] == ours.ensembles[-1]
+
     def to_bytes(self) -> bytes:
         return json.dumps(
             {

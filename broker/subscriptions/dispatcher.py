@@ -153,22 +153,26 @@ class Dispatcher(abc.ABC):
             pass
 
     async def read_tail(self, count: int) -> list | None:
-        """Read from the cursor; at the tail, wait for a publish or a wake-up (then None)."""
-        if self.cursor.has_more_entries():
-            return await self.cursor.read_entries(count)
-        read = asyncio.ensure_future(self.cursor.read_entries_or_wait(count))
-        woken = asyncio.ensure_future(self._wakeup.wait())
-        try:
-            await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-            if not read.done():
-                read.cancel()
-                try:
-                    await read
-                except asyncio.CancelledError:
-                    pass
-        return read.result() if read.done() and not read.cancelled() else None
+        """Read from the cursor; at the tail, wait for a publish or a wake-up (then None).
+
+        Only waiting happens beside the wake-up; the read itself runs in the loop's own task, so a restart
+        cancels it before it can move the cursor. (A read in a task of its own, woken by a publish just as a
+        consumer left, could start after the rewind, move the cursor a whole batch on, and have its entries
+        dropped by the cancelled loop: a consumer of the shedding test lost exactly one batch that way.)
+        """
+        if not self.cursor.has_more_entries():
+            arrived = asyncio.ensure_future(self.cursor.wait_for_entries())
+            woken = asyncio.ensure_future(self._wakeup.wait())
+            try:
+                await asyncio.wait({arrived, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrived.cancel()
+                woken.cancel()
+            if arrived.done() and not arrived.cancelled() and arrived.exception() is not None:
+                raise arrived.exception()  # the managed ledger closed or was fenced
+            if not self.cursor.has_more_entries():
+                return None
+        return await self.cursor.read_entries(count)
 
     def entries_to_send(self, entries, key_hash_of=None) -> list[DispatchedEntry]:
         out = []

@@ -413,6 +413,28 @@ class Bookie:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {first} on this bookie")
         return out
 
+    async def verify_on_disk(self, ledger_id: int, entry_id: int) -> int:
+        """Scrubbing: read one entry from its entry log (no cache) and verify its digest.
+
+        Returns its size; 0 when it is not on disk (not held here, or still
+        only in the write cache). Raises EntryCorruptedOnDiskError.
+        """
+        if self._storage.cached(ledger_id, entry_id)[1]:
+            return 0  # a newer copy waits for the next checkpoint; the entry log's may be the bad one it replaces
+        try:
+            body = await self._in_read_pool(self._storage.read, ledger_id, entry_id)
+        except NoSuchEntryError:
+            return 0
+        except EntryCorruptedOnDiskError:
+            # A copy cached before the rot would hide it from the repair's read.
+            self._storage.read_cache.discard((ledger_id, entry_id))
+            raise
+        return len(body)
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id held for a ledger (-1: none). Raises NoSuchLedgerError."""
+        return self._known(ledger_id).last_entry_id
+
     def read_lac(self, ledger_id: int) -> int:
         """The highest LAC carried by this ledger's entries here (-1 if none)."""
         return self._known(ledger_id).lac

@@ -39,6 +39,21 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--port", type=int, help="data protocol port (default 3181)")
     start.add_argument("--http-port", type=int, help="HTTP port for health and metrics (default 8000)")
     start.add_argument("--network-location", help="/zone/upgradeDomain, used by zone-aware placement")
+    start.add_argument("--no-autorecovery", dest="autorecovery_enabled", action="store_const", const=False,
+                       help="do not run the auditor candidate and replication worker in this bookie")
+    _autorecovery_flags(start)
+    for name in _SCRUB_FIELDS:
+        start.add_argument("--" + name.replace("_", "-"), dest=name, type=float, default=None)
+
+    recovery = commands.add_parser("autorecovery", help="run the auditor candidate and a replication worker alone")
+    recovery.add_argument("--metadata-store", dest="metadata_store_url", required=True,
+                          help="zk://host:port[/chroot] or file://DIR")
+    recovery.add_argument("--host", default="127.0.0.1", help="address to bind the HTTP port")
+    recovery.add_argument("--http-port", type=int, default=8000, help="HTTP port for /health and /metrics (0: any)")
+    recovery.add_argument("--id", dest="owner", default=None, help="name in locks and the auditor node "
+                          "(default autorecovery-HOST-PID)")
+    recovery.add_argument("--session-timeout-s", type=float, default=None)
+    _autorecovery_flags(recovery)
 
     standalone = commands.add_parser("standalone", help="three bookies (zones a, b, c) in one process on an embedded store")
     standalone.add_argument("--data-dir", default="./data")
@@ -47,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     shell.add_parser(commands)
     return parser
+
+
+_SCRUB_FIELDS = ("local_scrub_period_s", "local_scrub_rate_limit_entries_per_s")
+_AUTORECOVERY_FIELDS = ("lost_bookie_recovery_delay_s", "open_ledger_rereplication_grace_period_s",
+                        "auditor_periodic_check_interval_s", "replication_poll_interval_s")
+
+
+def _autorecovery_flags(parser: argparse.ArgumentParser) -> None:
+    for name in _AUTORECOVERY_FIELDS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=float, default=None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +94,8 @@ def _run_servers(args: argparse.Namespace) -> int:
 def _configs(args) -> list[BookieConfig]:
     if args.command == "start":
         flags = {k: getattr(args, k) for k in ("metadata_store_url", "data_dir", "journal_dir", "ledger_dir", "host",
-                                              "advertised_address", "port", "http_port", "network_location")}
+                                              "advertised_address", "port", "http_port", "network_location",
+                                              "autorecovery_enabled", *_AUTORECOVERY_FIELDS, *_SCRUB_FIELDS)}
         return [load_config(args.config, flags)]
     root = Path(args.data_dir).resolve()
     url = f"file://{root / 'metadata'}"
@@ -160,11 +186,43 @@ async def _self_test(store) -> None:
           f"{'OK' if ok else 'MISMATCH'}", flush=True)
 
 
+def _run_autorecovery(args: argparse.Namespace) -> int:
+    import os
+    import socket
+
+    from storage.autorecovery.config import load_autorecovery_config
+    from storage.autorecovery.service import run_standalone
+
+    flags = {k: getattr(args, k) for k in (*_AUTORECOVERY_FIELDS, "session_timeout_s")}
+    try:
+        config = load_autorecovery_config(flags)
+    except ValueError as exc:
+        print(f"bookie autorecovery: invalid configuration: {exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    owner = args.owner or f"autorecovery-{socket.gethostname()}-{os.getpid()}"
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await run_standalone(args.metadata_store_url, config, owner, args.host, args.http_port, stop,
+                                 lambda line: print(line, flush=True))
+        except (MetadataError, OSError, ValueError) as exc:
+            print(f"bookie autorecovery: refusing to start: {exc}", file=sys.stderr, flush=True)
+            return EXIT_REFUSED
+        return 0
+
+    return asyncio.run(run())
+
+
 # One entry per subcommand registered in build_parser(); each takes the parsed args and returns the exit code.
 COMMANDS = {
     "start": _run_servers,
     "standalone": _run_servers,
     "shell": shell.run,
+    "autorecovery": _run_autorecovery,
 }
 
 

@@ -58,6 +58,17 @@ class BookieConfig:
     disk_usage_lwm_threshold: float = 0.90
     disk_check_interval_ms: int = 10_000
 
+    # autorecovery (storage/autorecovery): BookKeeper's autoRecoveryDaemonEnabled,
+    # lostBookieRecoveryDelay, openLedgerRereplicationGracePeriod, auditorPeriodicCheckInterval
+    autorecovery_enabled: bool = True
+    lost_bookie_recovery_delay_s: float = 60.0
+    open_ledger_rereplication_grace_period_s: float = 30.0
+    auditor_periodic_check_interval_s: float = 86_400.0
+    replication_poll_interval_s: float = 1.0
+    # scrubbing (BookKeeper's localScrubPeriod, localScrubRateLimit): 0 disables it
+    local_scrub_period_s: float = 0.0
+    local_scrub_rate_limit_entries_per_s: float = 60.0
+
     # protocol
     max_frame_bytes: int = 8 * 1024 * 1024
     session_timeout_s: float = 10.0
@@ -103,6 +114,12 @@ class BookieConfig:
             )
         if not 0 <= self.compaction_threshold <= 1:
             raise ValueError("compaction_threshold must be in [0, 1]")
+        if self.lost_bookie_recovery_delay_s < 0 or self.open_ledger_rereplication_grace_period_s < 0:
+            raise ValueError("lost_bookie_recovery_delay_s and open_ledger_rereplication_grace_period_s must be >= 0")
+        if self.auditor_periodic_check_interval_s <= 0 or self.replication_poll_interval_s <= 0:
+            raise ValueError("auditor_periodic_check_interval_s and replication_poll_interval_s must be > 0")
+        if self.local_scrub_period_s < 0 or self.local_scrub_rate_limit_entries_per_s <= 0:
+            raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
         if not self.bookie_id or "/" in self.bookie_id:

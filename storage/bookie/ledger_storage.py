@@ -95,6 +95,11 @@ class ReadCache:
             _key, evicted = self._items.popitem(last=False)
             self.bytes -= len(evicted)
 
+    def discard(self, key: EntryKey) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.bytes -= len(old)
+
     def drop_ledger(self, ledger_id: int) -> None:
         for key in [k for k in self._items if k[0] == ledger_id]:
             self.bytes -= len(self._items.pop(key))

@@ -24,6 +24,8 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from storage.autorecovery.config import AutoRecoveryConfig
+from storage.autorecovery.service import AutoRecoveryService
 from storage.bookie.bookie import Bookie
 from storage.bookie.config import BookieConfig, parse_network_location
 from storage.bookie.cookie import check_and_write_cookie
@@ -33,6 +35,7 @@ from storage.bookie.http import start_http
 from storage.bookie.journal import JournalDamage
 from storage.bookie.journal_damage import Verdict, journal_verdict
 from storage.bookie.registration import Registration
+from storage.bookie.scrub import Scrubber
 from storage.bookie.server import BookieServer
 from storage.errors import NoNodeError
 from storage.ledger_metadata import LedgerMetadata
@@ -53,6 +56,8 @@ class BookieService:
         self.registration: Registration | None = None
         self.disk_monitor: DiskMonitor | None = None
         self.gc: GarbageCollector | None = None
+        self.autorecovery = None  # AutoRecoveryService when config.autorecovery_enabled
+        self.scrubber: Scrubber | None = None
         self.serving = False
         self._stopping = False
         self._owns_store = False
@@ -102,6 +107,13 @@ class BookieService:
         self._tasks.append(asyncio.ensure_future(self.gc.run_forever()))
         # Runs even with read_only_mode_enabled = false: it also notices a failed journal.
         self._tasks.append(asyncio.ensure_future(self.disk_monitor.run_forever()))
+        if config.local_scrub_period_s > 0:
+            self.scrubber = Scrubber(self.bookie, store, config.local_scrub_period_s,
+                                     config.local_scrub_rate_limit_entries_per_s, self.registry)
+            self._tasks.append(asyncio.ensure_future(self.scrubber.run_forever()))
+        if config.autorecovery_enabled:
+            self.autorecovery = await AutoRecoveryService.start(
+                store, AutoRecoveryConfig.from_bookie(config), config.bookie_id, self.registry)
         self.serving = True
         log.info("bookie %s serving on %s:%d (http %d, %s, %s)", config.bookie_id, config.host, self.port,
                  self.http_port, config.network_location, "read-only" if self.read_only else "writable")
@@ -192,6 +204,11 @@ class BookieService:
         """Deregister, drain and close everything this service started. Idempotent."""
         self.serving = False
         self._stopping = True
+        if self.scrubber is not None:
+            self.scrubber.stopped = True
+        if self.autorecovery is not None:
+            await self.autorecovery.stop()
+            self.autorecovery = None
         if self.registration is not None:
             try:
                 await self.registration.unregister()

@@ -5,9 +5,14 @@
     ledger ID                           metadata: state, ensembles by fragment, last entry
     readledger ID [--first F --last L]  print entries
     deleteledger ID                     delete a ledger (bookies garbage-collect its entries)
+    listledgers                         every ledger id, one per line
+    listunderreplicated                 ids of ledgers marked under-replicated, one per line (nothing: healthy)
+    decommissionbookie BOOKIE_ID        make a live bookie read-only, re-replicate everything it holds, wait
+    recover BOOKIE_ID                   re-replicate everything a (dead) bookie held now, without the delay; wait
 
-Every command takes ``--metadata-store URL``. Exit codes: 0 success, 1 a
-verification failure or operation error, 2 bad arguments.
+Every command takes ``--metadata-store URL``, before or after the command
+name. Exit codes: 0 success, 1 a verification failure, operation error or
+timeout, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -24,16 +29,35 @@ from storage.errors import StorageError
 from storage.latency import percentile, summary_ms
 
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
 def add_parser(subparsers) -> None:
-    shell = subparsers.add_parser("shell", help="operator commands: listbookies, simpletest, ledger, readledger, deleteledger")
-    shell.add_argument("--metadata-store", required=True, help="zk://host:port[/chroot], file://DIR or memory://name")
+    # Global options are accepted before and after the command name: each
+    # parser knows them, and SUPPRESS keeps a subcommand's parser from
+    # overwriting a value given before the command with its own default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--metadata-store", default=argparse.SUPPRESS,
+                        help="zk://host:port[/chroot], file://DIR or memory://name (required)")
+    shell = subparsers.add_parser("shell", parents=[common], help="operator commands: listbookies, listledgers, "
+                                  "listunderreplicated, simpletest, ledger, readledger, deleteledger, "
+                                  "decommissionbookie, recover")
     cmds = shell.add_subparsers(dest="shell_command", required=True)
 
-    cmds.add_parser("listbookies", help="list registered bookies")
+    def command(name: str, **kw):
+        return cmds.add_parser(name, parents=[common], **kw)
 
-    simple = cmds.add_parser("simpletest", help="write N entries to a new ledger, read back, verify")
+    command("listbookies", help="list registered bookies")
+    command("listledgers", help="print every ledger id, one per line")
+    command("listunderreplicated", help="print the ids of under-replicated ledgers, one per line")
+    for name, what in (("decommissionbookie", "move everything off a live bookie before it leaves"),
+                       ("recover", "re-replicate everything a dead bookie held, now")):
+        sub = command(name, help=what)
+        sub.add_argument("bookie_id")
+        sub.add_argument("--timeout-s", type=float, default=3600.0, help="give up waiting after this long")
+        sub.add_argument("--no-wait", action="store_true", help="mark the ledgers and return")
+
+    simple = command("simpletest", help="write N entries to a new ledger, read back, verify")
     simple.add_argument("-e", "--ensemble", type=int, default=3)
     simple.add_argument("-w", "--write-quorum", type=int, default=2)
     simple.add_argument("-a", "--ack-quorum", type=int, default=2)
@@ -42,20 +66,23 @@ def add_parser(subparsers) -> None:
     simple.add_argument("--window", type=int, default=1000, help="max adds in flight")
     simple.add_argument("--placement", choices=("soft", "strict"), default="soft")
 
-    info = cmds.add_parser("ledger", help="show a ledger's metadata")
+    info = command("ledger", help="show a ledger's metadata")
     info.add_argument("ledger_id", type=int)
 
-    read = cmds.add_parser("readledger", help="print a ledger's entries")
+    read = command("readledger", help="print a ledger's entries")
     read.add_argument("ledger_id", type=int)
     read.add_argument("--first", type=int, default=0)
     read.add_argument("--last", type=int, default=None)
     read.add_argument("--no-recovery", action="store_true", help="read up to LAC without fencing the writer")
 
-    delete = cmds.add_parser("deleteledger", help="delete a ledger")
+    delete = command("deleteledger", help="delete a ledger")
     delete.add_argument("ledger_id", type=int)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not getattr(args, "metadata_store", None):
+        print("bookie shell: --metadata-store URL is required (before or after the command)", file=sys.stderr)
+        return EXIT_USAGE
     command = _COMMANDS[args.shell_command]
     try:
         return asyncio.run(command(args))
@@ -175,3 +202,53 @@ _COMMANDS = {
     "readledger": readledger,
     "deleteledger": deleteledger,
 }
+
+
+async def listledgers(args) -> int:
+    async with await _client(args) as client:
+        for lid in await client.list_ledgers():
+            print(lid)
+    return 0
+
+
+async def listunderreplicated(args) -> int:
+    from storage.autorecovery.underreplication import UnderReplication
+
+    async with await _client(args) as client:
+        for lid in await UnderReplication(client.context.store).list():
+            print(lid)
+    return 0
+
+
+async def _move_off(args, decommission: bool) -> int:
+    from storage.autorecovery import admin
+
+    async with await _client(args) as client:
+        if decommission:
+            await admin.set_read_only(client, args.bookie_id)
+            print(f"bookie {args.bookie_id} is read-only; no new data goes to it")
+        marked = await admin.mark_bookie(client, args.bookie_id)
+        print(f"marked {len(marked)} ledgers with fragments on {args.bookie_id} for re-replication")
+        if args.no_wait:
+            return 0
+        if await admin.wait_until_moved(client, args.bookie_id, args.timeout_s, print):
+            print(f"no ledger has data on {args.bookie_id} any more"
+                  + ("; it can be stopped" if decommission else ""))
+            return 0
+    return EXIT_FAILED
+
+
+async def decommissionbookie(args) -> int:
+    return await _move_off(args, decommission=True)
+
+
+async def recover(args) -> int:
+    return await _move_off(args, decommission=False)
+
+
+_COMMANDS.update({
+    "listledgers": listledgers,
+    "listunderreplicated": listunderreplicated,
+    "decommissionbookie": decommissionbookie,
+    "recover": recover,
+})

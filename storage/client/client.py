@@ -52,6 +52,9 @@ class LedgerClient:
         self._owns_store = owns_store
         self._closed = False
         self._handles: weakref.WeakSet[ReadHandle] = weakref.WeakSet()  # closed with the client
+        # A writer replaces a bookie that leaves its current ensemble at once, not on its next
+        # failed add: an idle ledger would otherwise keep a lost bookie until autorecovery fences it.
+        ctx.registry.add_listener(self._bookies_changed)
 
     @classmethod
     async def open(
@@ -229,6 +232,13 @@ class LedgerClient:
                     except ValueError:
                         continue
         return sorted(out)
+
+    def _bookies_changed(self, registered: set[str]) -> None:
+        if self._closed:
+            return
+        for handle in list(self._handles):
+            if isinstance(handle, LedgerHandle):
+                handle._bookies_changed(registered)
 
     # ---- lifecycle ---------------------------------------------------------
 

@@ -145,7 +145,9 @@ class EnsembleChange:
             raise LedgerFencedError(
                 f"ledger {h.ledger_id} is {current.state.value}: another client is recovering or closed it"
             )
-        if current.ensembles != ours.ensembles:
+        # Autorecovery may have re-replicated an earlier fragment: adopt that,
+        # but any other change to the ensembles means another writer.
+        if current.ensembles != ours.ensembles and not current.repaired_from(ours):
             err = LedgerRecoveryError if h._recovery else LedgerMetadataError
             raise err(f"ledger {h.ledger_id}: another client changed its ensembles concurrently")
         return current, stat.version

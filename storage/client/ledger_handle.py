@@ -47,6 +47,7 @@ from storage.errors import (
     LedgerFencedError,
     LedgerMetadataError,
     MalformedRequestError,
+    MetadataError,
     NoNodeError,
     NoSuchLedgerError,
     BadVersionError,
@@ -230,6 +231,14 @@ class LedgerHandle(ReadHandle):
 
             self._change_task = self._loop.create_task(EnsembleChange(self).run())
 
+    def _bookies_changed(self, registered: set[str]) -> None:
+        """The registry changed: a bookie of the current ensemble that left is replaced now."""
+        if self._recovery or self._state == _CLOSED or self._failure is not None:
+            return
+        for pos, bookie in enumerate(self._ensemble):
+            if bookie not in registered:
+                self._bookie_failed(pos, bookie, BookieUnavailableError(f"bookie {bookie} is no longer registered"))
+
     def _fail(self, exc: StorageError) -> None:
         """Stop writing: every pending and later add fails with ``exc``."""
         if self._failure is not None:
@@ -326,7 +335,7 @@ class LedgerHandle(ReadHandle):
                         f"ledger {self.ledger_id} was recovered by another client ({current.state.value}, "
                         f"last entry {current.last_entry_id}); this writer's close does not count"
                     )
-                if current.ensembles != md.ensembles:
+                if current.ensembles != md.ensembles and not current.repaired_from(md):
                     raise LedgerMetadataError(f"ledger {self.ledger_id}: ensembles changed by another client")
                 md, version = current, stat.version
                 continue
@@ -335,7 +344,19 @@ class LedgerHandle(ReadHandle):
         raise LedgerMetadataError(f"ledger {self.ledger_id}: could not close, metadata kept changing")
 
     async def _refresh_metadata(self) -> bool:
-        return False  # the writer's own view is authoritative
+        """The writer's own view is authoritative, except that it adopts autorecovery's
+        re-replication of earlier fragments (the only change anyone else may make)."""
+        try:
+            data, stat = await self._ctx.store.get(paths.ledger_path(self.ledger_id))
+        except MetadataError:
+            return False
+        if stat.version <= self._version:
+            return False
+        current = LedgerMetadata.from_bytes(data)
+        if not current.repaired_from(self._metadata):
+            return False
+        self._metadata, self._version = current, stat.version
+        return True
 
     def _watch_metadata(self) -> None:
         pass

@@ -88,8 +88,9 @@ class ReadHandle:
             entries = await ReadEntries(self._ctx, md, first, last).run()
         except ReadEntryError:
             # Our view of the ensembles may be stale (a fragment we do not
-            # know about yet); one fresh look before giving up.
-            if md.is_closed or not await self._refresh_metadata() or self._metadata.ensembles == md.ensembles:
+            # know about yet, or one autorecovery moved to other bookies --
+            # closed ledgers too); one fresh look before giving up.
+            if not await self._refresh_metadata() or self._metadata.ensembles == md.ensembles:
                 raise
             entries = await ReadEntries(self._ctx, self._metadata, first, last).run()
         self._advance_lac(entries[-1].lac)

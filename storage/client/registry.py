@@ -70,6 +70,7 @@ class BookieRegistry:
         self._dirty = False
         self._changed = asyncio.Event()
         self._closed = False
+        self._listeners: list[Callable[[set[str]], None]] = []
         self.generation = 0  # bumps on every completed refresh
 
     async def start(self) -> "BookieRegistry":
@@ -143,6 +144,15 @@ class BookieRegistry:
         self.generation += 1
         self._changed.set()
         self._changed = asyncio.Event()
+        for listener in list(self._listeners):
+            try:
+                listener(set(found))
+            except Exception:  # a listener's bug must not stop the registry
+                log.exception("bookie registry listener failed")
+
+    def add_listener(self, listener: Callable[[set[str]], None]) -> None:
+        """Call ``listener(registered bookie ids)`` after every refresh (on the loop; must not block)."""
+        self._listeners.append(listener)
 
     async def _children(self, path: str) -> list[str]:
         try:

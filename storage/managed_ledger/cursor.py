@@ -304,6 +304,11 @@ class ManagedCursor:
             self.read_position = self.ml.position_after(entries[-1].position)
         return entries
 
+    async def wait_for_entries(self) -> None:
+        """Return once an entry exists at or after the read position; reads nothing, so cancelling is harmless."""
+        await self.ml.wait_for_entries(self.read_position)
+        self._check()
+
     async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:
         """Like read_entries, but waits for the next add at the end of the log. Cancelling leaves the cursor as it was."""
         while True:

@@ -117,3 +117,23 @@ def test_parser_has_the_subcommands_the_lead_extends():
         ("start", "zk://h:2181/c", 3182, "b1.example")
     assert parser.parse_args(["standalone"]).command == "standalone"
     assert Path(parser.parse_args(["standalone", "--data-dir", "x"]).data_dir) == Path("x")
+
+
+def test_autorecovery_settings_come_from_flags_and_env():
+    from storage.autorecovery.config import AutoRecoveryConfig, load_autorecovery_config
+    from storage.bookie.cli import _configs
+
+    parser = build_parser()
+    args = parser.parse_args(["start", "--metadata-store", "zk://h:2181/c", "--data-dir", "/d",
+                              "--lost-bookie-recovery-delay-s", "2.5", "--no-autorecovery"])
+    (config,) = _configs(args)
+    assert (config.lost_bookie_recovery_delay_s, config.autorecovery_enabled) == (2.5, False)
+    assert AutoRecoveryConfig.from_bookie(config).lost_bookie_recovery_delay_s == 2.5
+    (default,) = _configs(parser.parse_args(["start", "--metadata-store", "zk://h:2181/c", "--data-dir", "/d"]))
+    assert default.autorecovery_enabled and default.lost_bookie_recovery_delay_s == 60.0
+
+    env = {"MAGNETAR_BOOKIE_LOST_BOOKIE_RECOVERY_DELAY_S": "7", "MAGNETAR_BOOKIE_DATA_DIR": "/elsewhere"}
+    assert load_autorecovery_config({}, env).lost_bookie_recovery_delay_s == 7.0
+    assert load_autorecovery_config({"lost_bookie_recovery_delay_s": 3}, env).lost_bookie_recovery_delay_s == 3.0
+    with pytest.raises(ValueError, match="must be >= 0"):
+        load_autorecovery_config({"lost_bookie_recovery_delay_s": -1}, {})

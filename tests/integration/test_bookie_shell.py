@@ -46,3 +46,26 @@ def test_simpletest_with_impossible_quorum_fails_clearly(start_bookies):
     result = shell(cluster.metadata_url, "simpletest", "-e", "2", "-w", "3", "-a", "2", "-n", "10")
     assert result.returncode == 1
     assert "InvalidQuorumError" in result.stderr and "ensemble >= write quorum" in result.stderr
+
+
+def test_global_options_go_before_or_after_the_command_and_ledgers_list_one_per_line(start_bookies):
+    cluster = start_bookies(3)
+    url = cluster.metadata_url
+    after = subprocess.run([str(VENV_BIN / "bookie"), "--log-level", "WARNING", "shell", "listbookies",
+                            "--metadata-store", url], capture_output=True, text=True, timeout=120)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == shell(url, "listbookies").stdout
+
+    ids = []
+    for _ in range(2):
+        made = shell(url, "simpletest", "-n", "10")
+        assert made.returncode == 0, made.stderr
+        ids.append(re.search(r"^ledger (\d+) on", made.stdout, re.M).group(1))
+    listed = shell(url, "listledgers")
+    assert listed.returncode == 0 and listed.stdout.splitlines() == ids
+    healthy = shell(url, "listunderreplicated")
+    assert healthy.returncode == 0 and healthy.stdout == ""
+
+    missing = subprocess.run([str(VENV_BIN / "bookie"), "shell", "listledgers"], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "--metadata-store URL is required" in missing.stderr

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from storage import digest
+from storage.autorecovery.underreplication import UnderReplication
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
-from storage.errors import LedgerFencedError, PlacementPolicyError
+from storage.errors import BookieUnavailableError, LedgerFencedError, PlacementPolicyError, StorageError
 from storage.ledger_metadata import LedgerState
 from storage.metadata import open_store
 
@@ -134,8 +136,48 @@ async def test_bit_rot_in_one_entry_log_is_reported_and_read_from_another_replic
     bad = [b for b in reader_client.stats.bad_replicas if b.entry_id == 0]
     assert [b.bookie_id for b in bad] == [victim.bookie_id], reader_client.stats.bad_replicas
     await reader.close()
+
+    # Second half: the victim's scrubber finds the rot, a replication worker re-writes the bad copy
+    # from a good one, and after a restart (entry logs only) every replica holds the right bytes.
+    victim.env.update({"MAGNETAR_BOOKIE_LOCAL_SCRUB_PERIOD_S": "0.3",
+                       "MAGNETAR_BOOKIE_LOCAL_SCRUB_RATE_LIMIT_ENTRIES_PER_S": "1000"})
+    await asyncio.to_thread(victim.restart)
+    pool = reader_client.context.pool
+
+    async def every_replica_good() -> bool:
+        for bookie in handle.ensemble:
+            try:
+                body = (await pool.read(bookie, handle.ledger_id, 0)).body
+            except StorageError:
+                return False
+            if digest.verify(body, handle.ledger_id, 0).payload != payload(0):
+                return False
+        return not await UnderReplication(reader_client.context.store).list()
+
+    await until(every_replica_good, 30, "the scrubbed copy to be re-replicated")
+    assert victim.stop() == 0
+    victim.start()
+    await reader_client.registry.wait_for(lambda r: r.is_registered(victim.bookie_id), 15)
+
+    async def victim_serves_good_copies() -> bool:
+        try:
+            bodies = [(await pool.read(victim.bookie_id, handle.ledger_id, i)).body for i in range(3)]
+        except BookieUnavailableError:  # the connection from before the restart
+            return False
+        return [digest.verify(b, handle.ledger_id, i).payload for i, b in enumerate(bodies)] == [payload(i) for i in range(3)]
+
+    await until(victim_serves_good_copies, 15, "the restarted victim to serve good copies from its entry logs")
     await reader_client.close()
     await client.close()
+
+
+async def until(condition, timeout_s: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await condition():
+        if loop.time() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 async def test_journal_replay_restores_acknowledged_entries_after_kill9(start_bookies):

@@ -39,7 +39,11 @@ def test_client_suite_quick_compares_magnetar_with_the_official_client(tmp_path)
     for side in ("magnetar", "official"):
         assert r[side]["consume_msg_per_s"] > 0
     assert r["magnetar"]["produce_msg_per_s"] > 0 and r["official"]["msg_per_s"] > 0
+    assert r["magnetar"]["sync_produce_msg_per_s"] > 0
+    # --quick runs one round, so each ratio is that round's
     assert r["produce_ratio"] == r["magnetar"]["produce_msg_per_s"] / r["official"]["msg_per_s"]
+    assert r["sync_produce_ratio"] == r["magnetar"]["sync_produce_msg_per_s"] / r["official"]["msg_per_s"]
+    assert "sync API (magnetar.Client)" in result.stdout
 
 
 def test_failover_suite_quick_reports_both_figures(tmp_path):
@@ -102,3 +106,11 @@ def test_cursor_suite_quick_measures_both_representations(tmp_path):
         assert r["persist_new_s"] == r["persist_new_encode_s"] + r["persist_new_write_s"] > 0
         assert r["persist_old_capped_ranges"] == 10_000 and r["persist_old_full_encode_s"] > 0
         assert 0 < r["next_100_to_read_new_ms"] < r["next_100_to_read_old_ms"]
+
+
+def test_recovery_suite_quick_times_the_repair_beside_the_disk(tmp_path):
+    result, doc = run_suite("recovery", tmp_path, 600)
+    r = doc["results"]
+    assert "kill -9 of a bookie to fully replicated" in result.stdout
+    assert 0 < r["detection_s"] < r["kill_to_replicated_s"] and r["repair_s"] > 0
+    assert r["rereplicated_mb"] > 0 and r["rereplication_mb_per_s"] > 0 and r["disk_fsync_64k_mb_per_s"] > 0

@@ -47,3 +47,13 @@ def test_a_failed_suite_is_named_and_the_others_still_reported(tmp_path):
     text = write_report(doc, tmp_path, "x").read_text()
     assert "- `spark` failed: RuntimeError: no Java" in text
     assert "## Spark source" not in text and "## Broker" in text
+
+
+def test_the_sync_api_produce_figure_gets_a_row_and_a_verdict(tmp_path):
+    doc = copy.deepcopy(DOC)
+    client = doc["results"]["client"]
+    client["magnetar"]["sync_produce_msg_per_s"] = 123_456.0
+    client["sync_produce_ratio"] = 0.42
+    text = write_report(doc, tmp_path, "x").read_text()
+    assert _targets(text)["magnetar sync API (magnetar.Client) produce vs pulsar-client"] == "**not met**"
+    assert "| produce, sync API (`magnetar.Client`) | 123,456 msg/s |" in text

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+import importlib
+import json
 import threading
 import time
+import urllib.request
 
 import pulsar
 import pytest
 
 import magnetar
+from tests.harness.processes import wait_until
 from tests.official_client.support import assert_nothing_more, payloads, receive_n
+
+TOO_BIG = 5 * 1024 * 1024 + 1  # one byte over the broker's default maximum message size
 
 
 @pytest.fixture
@@ -35,17 +42,12 @@ def test_send_and_receive_in_order(mclient, topic, batching):
 def test_send_async_callbacks_and_flush(mclient, topic):
     consumer = mclient.subscribe(topic, "s")
     producer = mclient.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
-    results, done = [], threading.Event()
-
-    def callback(res, mid):
-        results.append((res, mid))
-        if len(results) == 500:
-            done.set()
-
+    results = []
     for i in range(500):
-        producer.send_async(f"{i}".encode(), callback)
-    producer.flush()
-    assert done.wait(20) and all(res is None and mid is not None for res, mid in results)
+        producer.send_async(f"{i}".encode(), lambda res, mid, i=i: results.append((i, res, mid)))
+    producer.flush()  # magnetar's flush returns after every callback of what it waited for has run
+    assert [i for i, _, _ in results] == list(range(500))
+    assert all(res == magnetar.Result.Ok and mid is not None for _, res, mid in results)
     assert payloads(receive_n(consumer, 500)) == [f"{i}".encode() for i in range(500)]
 
 
@@ -137,6 +139,12 @@ def test_bad_input_gives_clear_exceptions(standalone, topic):
         producer.send(b"x" * (5 * 1024 * 1024 + 1))
     with pytest.raises(magnetar.Timeout):
         client.subscribe(topic, "s").receive(timeout_millis=100)
+    with pytest.raises(ValueError, match="max_pending_messages"):
+        client.create_producer(topic, max_pending_messages=0)
+    with pytest.raises(TypeError, match="unknown send options: colour"):
+        producer.send_async(b"x", None, colour="red")
+    with pytest.raises(TypeError, match="must be bytes"):
+        producer.send("text")
     with pytest.raises(ValueError, match="pulsar://"):
         magnetar.Client("http://localhost:6650")
     client.close()
@@ -205,3 +213,156 @@ def test_unsubscribe_removes_the_subscription(mclient, topic):
     assert_nothing_more(consumer)
     producer.send(b"new")
     assert payloads(receive_n(consumer, 1)) == [b"new"]
+
+
+# ---- code written for pulsar-client, run with `import pulsar` and with `import magnetar` -------------------
+
+
+@pytest.fixture(params=["pulsar", "magnetar"])
+def either(request, standalone):
+    """(module, Client) of the official client or of magnetar, on the module's standalone broker."""
+    module = importlib.import_module(request.param)
+    options = {"logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)} if module is pulsar else {}
+    c = module.Client(standalone.service_url, operation_timeout_seconds=15, **options)
+    yield module, c
+    c.close()
+
+
+def _stored(standalone, topic: str) -> int:
+    """Messages the broker stored on ``topic`` (msgInCounter of its stats)."""
+    name = topic.split("://", 1)[1]
+    with urllib.request.urlopen(f"{standalone.web_url}/admin/v2/persistent/{name}/stats", timeout=10) as resp:
+        return json.loads(resp.read())["msgInCounter"]
+
+
+def test_send_async_callbacks_follow_the_official_contract(either, topic):
+    module, client = either
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5,
+                                      block_if_queue_full=True)
+    results = []
+    for i in range(300):
+        producer.send_async(f"{i}".encode(), lambda res, msg_id, i=i: results.append((i, res, msg_id)))
+        if i == 150:
+            producer.send_async(b"x" * TOO_BIG, lambda res, msg_id: results.append(("too big", res, msg_id)))
+    producer.flush()
+    wait_until(lambda: len(results) == 301, 20, "every callback")
+    [(_, res, msg_id)] = [r for r in results if r[0] == "too big"]
+    assert res == module.Result.MessageTooBig and res != module.Result.Ok
+    assert (msg_id.ledger_id(), msg_id.entry_id()) == (-1, -1)  # the official client's id of a failed send
+    stored = [r for r in results if r[0] != "too big"]
+    assert [i for i, _, _ in stored] == list(range(300))  # callbacks fire in send order
+    assert all(res == module.Result.Ok and res == pulsar.Result.Ok for _, res, _ in stored)
+    ids = [msg_id for _, _, msg_id in stored]
+    assert ids == sorted(ids) and ids[0] < ids[-1]
+    assert payloads(receive_n(consumer, 300)) == [f"{i}".encode() for i in range(300)]
+    assert_nothing_more(consumer)
+
+
+def test_send_returns_the_id_and_raises_the_error_and_a_closed_producer_refuses(either, topic):
+    module, client = either
+    producer = client.create_producer(topic)
+    first, second = producer.send(b"a"), producer.send(b"b")
+    assert first < second and second.entry_id() == first.entry_id() + 1
+    with pytest.raises(module.MessageTooBig):
+        producer.send(b"x" * TOO_BIG)
+    producer.close()
+    with pytest.raises(module.AlreadyClosed):
+        producer.send(b"c")
+    with pytest.raises(module.AlreadyClosed):
+        producer.flush()
+    results = []
+    producer.send_async(b"d", lambda res, msg_id: results.append(res))
+    wait_until(lambda: results, 10, "the callback of a send after close")
+    assert results == [module.Result.AlreadyClosed]
+
+
+def test_a_full_queue_fails_sends_unless_told_to_block(either, standalone, topic):
+    module, client = either
+    producer = client.create_producer(topic, batching_enabled=True, max_pending_messages=5)
+    results = []
+    for i in range(1000):
+        producer.send_async(f"{i}".encode(), lambda res, msg_id: results.append(res))
+    producer.flush()
+    wait_until(lambda: len(results) == 1000, 20, "every callback")
+    counts = collections.Counter(results)
+    assert set(counts) == {module.Result.Ok, module.Result.ProducerQueueIsFull} and counts[module.Result.Ok] >= 5
+    wait_until(lambda: _stored(standalone, topic) == counts[module.Result.Ok], 10, "the stored count")
+
+
+def test_blocking_producers_shared_by_threads_store_everything_in_order(either, standalone, topic):
+    module, client = either
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=2,
+                                      max_pending_messages=50, block_if_queue_full=True)
+    results = collections.Counter()
+
+    def produce(name: str) -> None:
+        for i in range(1500):
+            producer.send_async(f"{name}-{i}".encode(), lambda res, msg_id: results.update([res]))
+
+    threads = [threading.Thread(target=produce, args=(name,)) for name in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    producer.flush()
+    wait_until(lambda: results[module.Result.Ok] == 4500, 20, "4,500 successful callbacks")
+    assert _stored(standalone, topic) == 4500
+    got = [m.decode() for m in payloads(receive_n(consumer, 4500))]
+    for name in ("a", "b", "c"):  # each thread's messages in its order
+        assert [int(m.split("-")[1]) for m in got if m.startswith(name)] == list(range(1500))
+
+
+def test_close_sends_what_is_queued(mclient, standalone, topic):
+    """magnetar's close waits for what is queued (the official client's C++ core fails it with AlreadyClosed)."""
+    producer = mclient.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50,
+                                       max_pending_messages=100, block_if_queue_full=True)
+    results = []
+    for i in range(2000):
+        producer.send_async(f"{i}".encode(), lambda res, msg_id: results.append(res))
+    producer.close()
+    assert results == [magnetar.Result.Ok] * 2000 and _stored(standalone, topic) == 2000
+
+
+def test_client_close_sends_what_its_producers_queued(standalone, topic):
+    client = magnetar.Client(standalone.service_url, operation_timeout_seconds=15)
+    producer = client.create_producer(topic, batching_enabled=True, max_pending_messages=100_000)
+    results = []
+    for i in range(5000):
+        producer.send_async(f"{i}".encode(), lambda res, msg_id: results.append(res))
+    client.close()
+    assert results == [magnetar.Result.Ok] * 5000 and _stored(standalone, topic) == 5000
+
+
+def test_a_raising_callback_does_not_stop_the_others(mclient, topic):
+    producer = mclient.create_producer(topic, batching_enabled=True)
+    results = []
+
+    def callback(res, msg_id):
+        results.append(res)
+        if len(results) % 2:
+            raise RuntimeError("callback fails")
+
+    for i in range(10):
+        producer.send_async(b"%d" % i, callback)
+    producer.flush()
+    assert results == [magnetar.Result.Ok] * 10
+    assert producer.send(b"after") is not None
+
+
+def test_send_in_a_callback_fails_clearly_and_send_async_there_does_not_block(mclient, topic):
+    producer = mclient.create_producer(topic, max_pending_messages=1, block_if_queue_full=True)
+    seen = []
+
+    def callback(res, msg_id):
+        try:
+            producer.send(b"nested")
+        except RuntimeError as exc:
+            seen.append(str(exc))
+        producer.send_async(b"nested-async", lambda r, m: seen.append(r))  # full: fails instead of blocking the loop
+
+    producer.send_async(b"outer", callback)
+    producer.flush()
+    wait_until(lambda: len(seen) == 2, 10, "the nested sends")
+    assert "use send_async" in seen[0] and seen[1] in (magnetar.Result.Ok, magnetar.Result.ProducerQueueIsFull)

@@ -187,3 +187,26 @@ def test_split_batch_rejects_a_single_message_metadata_without_payload_size_or_g
     garbled = b"\x1a\xff\xff"  # a length-delimited field longer than the bytes
     with pytest.raises(ProtocolError, match="bad SingleMessageMetadata"):
         split_batch(struct.pack(">I", len(garbled)) + garbled, 1)
+
+
+@pytest.mark.parametrize("payload_size", [0, 1, 100, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 5 * 1024 * 1024])
+@pytest.mark.parametrize("sequence_id", [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**64 - 1])
+def test_plain_batch_message_header_is_what_protobuf_writes(payload_size, sequence_id):
+    from magnetar.protocol.frames import batch_message_header, plain_batch_message_header
+    expected = batch_message_header(pb.SingleMessageMetadata(payload_size=payload_size, sequence_id=sequence_id))
+    assert plain_batch_message_header(payload_size, sequence_id) == expected
+
+
+@given(st.binary(max_size=300), st.integers(0, 2**64 - 1))
+def test_plain_batch_message_header_round_trips_through_split_batch(payload, sequence_id):
+    from magnetar.protocol import split_batch
+    from magnetar.protocol.frames import plain_batch_message_header
+    header = plain_batch_message_header(len(payload), sequence_id)
+    [single], [got] = split_batch(header + payload, 1)
+    assert (single.payload_size, single.sequence_id, got) == (len(payload), sequence_id, payload)
+
+
+def test_plain_batch_message_header_refuses_negative_values():
+    from magnetar.protocol.frames import plain_batch_message_header
+    with pytest.raises(ValueError, match="negative"):
+        plain_batch_message_header(1, -1)

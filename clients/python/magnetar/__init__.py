@@ -10,7 +10,7 @@ from magnetar.asyncio.partitioned import PartitionsRoutingMode
 from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
 from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
-from magnetar.errors import MagnetarError
+from magnetar.errors import MagnetarError, Result
 from magnetar.message import Message, MessageId
 from magnetar.sync import Client, Consumer, Producer, Reader
 
@@ -19,4 +19,4 @@ ConsumerDeadLetterPolicy = DeadLetterPolicy
 PulsarException = MagnetarError
 
 __all__ = ["BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
-           "Producer", "Reader"]
+           "Producer", "Reader", "Result"]

@@ -3,10 +3,69 @@
 ``for_code(code, message)`` is the single translation from the wire; socket
 and timeout errors are converted where they enter (``raise ... from``).
 ``retriable`` says whether the client may try again by itself (after a
-reconnect or lookup).
+reconnect or lookup); ``result`` is the matching ``Result`` code, which the
+sync API's callbacks receive as the official client's do.
 """
 
 from __future__ import annotations
+
+import enum
+
+
+class Result(enum.IntEnum):
+    """The official client's result codes, same names and values (``pulsar.Result``): what ``send_async``
+    callbacks receive. ``Result.Ok`` on success; an error's code is its class's ``result``."""
+
+    Ok = 0
+    UnknownError = 1
+    InvalidConfiguration = 2
+    Timeout = 3
+    LookupError = 4
+    ConnectError = 5
+    ReadError = 6
+    AuthenticationError = 7
+    AuthorizationError = 8
+    ErrorGettingAuthenticationData = 9
+    BrokerMetadataError = 10
+    BrokerPersistenceError = 11
+    ChecksumError = 12
+    ConsumerBusy = 13
+    NotConnected = 14
+    AlreadyClosed = 15
+    InvalidMessage = 16
+    ConsumerNotInitialized = 17
+    ProducerNotInitialized = 18
+    ProducerBusy = 19
+    TooManyLookupRequestException = 20
+    InvalidTopicName = 21
+    InvalidUrl = 22
+    ServiceUnitNotReady = 23
+    OperationNotSupported = 24
+    ProducerBlockedQuotaExceededError = 25
+    ProducerBlockedQuotaExceededException = 26
+    ProducerQueueIsFull = 27
+    MessageTooBig = 28
+    TopicNotFound = 29
+    SubscriptionNotFound = 30
+    ConsumerNotFound = 31
+    UnsupportedVersionError = 32
+    TopicTerminated = 33
+    CryptoError = 34
+    IncompatibleSchema = 35
+    ConsumerAssignError = 36
+    CumulativeAcknowledgementNotAllowedError = 37
+    TransactionCoordinatorNotFoundError = 38
+    InvalidTxnStatusError = 39
+    NotAllowedError = 40
+    TransactionConflict = 41
+    TransactionNotFound = 42
+    ProducerFenced = 43
+    MemoryBufferIsFull = 44
+    Interrupted = 45
+
+    def __str__(self) -> str:  # "Result.Ok", as the official client prints it (IntEnum prints the number)
+        return f"Result.{self.name}"
+
 
 _BY_CODE: dict[int, type["MagnetarError"]] = {}
 
@@ -24,6 +83,7 @@ class MagnetarError(Exception):
 
     code: int | None = None
     retriable = False
+    result = Result.UnknownError
 
 
 @_code(0)
@@ -34,97 +94,105 @@ class UnknownError(MagnetarError):
 @_code(1)
 class BrokerMetadataError(MagnetarError):
     retriable = True
+    result = Result.BrokerMetadataError
 
 
 @_code(2)
 class BrokerPersistenceError(MagnetarError):
     retriable = True
+    result = Result.BrokerPersistenceError
 
 
 @_code(5)
 class ConsumerBusy(MagnetarError):
-    pass
+    result = Result.ConsumerBusy
 
 
 @_code(6)
 class ServiceNotReady(MagnetarError):
     retriable = True
+    result = Result.ServiceUnitNotReady
 
 
 @_code(9)
 class ChecksumError(MagnetarError):
-    pass
+    result = Result.ChecksumError
 
 
 @_code(10)
 class UnsupportedVersionError(MagnetarError):
-    pass
+    result = Result.UnsupportedVersionError
 
 
 @_code(11)
 class TopicNotFound(MagnetarError):
-    pass
+    result = Result.TopicNotFound
 
 
 @_code(12)
 class SubscriptionNotFound(MagnetarError):
-    pass
+    result = Result.SubscriptionNotFound
 
 
 @_code(13)
 class ConsumerNotFound(MagnetarError):
-    pass
+    result = Result.ConsumerNotFound
 
 
 @_code(14)
 class TooManyRequests(MagnetarError):
     retriable = True
+    result = Result.TooManyLookupRequestException
 
 
 @_code(15)
 class TopicTerminated(MagnetarError):
-    pass
+    result = Result.TopicTerminated
 
 
 @_code(16)
 class ProducerBusy(MagnetarError):
-    pass
+    result = Result.ProducerBusy
 
 
 @_code(17)
 class InvalidTopicName(MagnetarError):
-    pass
+    result = Result.InvalidTopicName
 
 
 @_code(18)
 class IncompatibleSchema(MagnetarError):
-    pass
+    result = Result.IncompatibleSchema
 
 
 @_code(22)
 class NotAllowed(MagnetarError):
-    pass
+    result = Result.NotAllowedError
 
 
 @_code(25)
 class ProducerFenced(MagnetarError):
-    pass
+    result = Result.ProducerFenced
 
 
 class Timeout(MagnetarError):
     """The operation did not complete in time."""
 
     retriable = True
+    result = Result.Timeout
 
 
 class ConnectError(MagnetarError):
     """The broker could not be reached."""
 
     retriable = True
+    result = Result.ConnectError
 
 
 class AlreadyClosed(MagnetarError):
     """The client, producer or consumer is closed."""
+
+    result = Result.AlreadyClosed
 
 
 class InvalidConfiguration(MagnetarError):
@@ -138,6 +206,13 @@ class InvalidMessage(MagnetarError):
 class MessageTooBig(MagnetarError):
     """The message is larger than the broker's maximum message size."""
 
+    result = Result.MessageTooBig
+
+
+def result_of(exc: BaseException) -> Result:
+    """The ``Result`` code for an error (UnknownError for one that is not the client's own)."""
+    return exc.result if isinstance(exc, MagnetarError) else Result.UnknownError
+
 
 def for_code(code: int, message: str = "") -> MagnetarError:
     cls = _BY_CODE.get(code, UnknownError)
@@ -146,3 +221,5 @@ def for_code(code: int, message: str = "") -> MagnetarError:
 
 class ProducerQueueIsFull(MagnetarError):
     """The producer's pending-message limit is reached and it was told not to block."""
+
+    result = Result.ProducerQueueIsFull

@@ -17,31 +17,57 @@ class Entry:
 
 
 class Cursor:
-    """Just enough of ManagedCursor: a list of entries, a read position, rewind."""
+    """ManagedCursor's reading rules on a list of entries: a read position, "a seek during a read wins",
+    waiting at the tail until the test publishes (``publish``), rewind to just after the mark-delete."""
 
     def __init__(self, count: int):
-        md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
-        self.entries = [Entry((1, i), encode_headers_and_payload(md, f"{i}".encode())) for i in range(count)]
+        self.entries = []
+        for _ in range(count):
+            self._append()
         self.read_position = (1, 0)
         self.mark_delete_position = (1, -1)
-        self.more = asyncio.Event()
+        self._waiters: list[asyncio.Future] = []
+
+    def _append(self) -> None:
+        i = len(self.entries)
+        md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1)
+        self.entries.append(Entry((1, i), encode_headers_and_payload(md, f"{i}".encode())))
+
+    def publish(self) -> None:
+        self._append()
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:  # as ManagedLedger wakes its waiters: each waiting task is scheduled directly
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _arrival(self) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        await fut
 
     def has_more_entries(self) -> bool:
         return self.read_position[1] < len(self.entries)
 
     async def read_entries(self, n: int):
-        start = self.read_position[1]
-        out = self.entries[start:start + n]
-        self.read_position = (1, start + len(out))
+        began_at = self.read_position  # (the real cursor awaits the bookies here; a cache hit does not)
+        out = self.entries[began_at[1]:began_at[1] + n]
+        if self.read_position == began_at and out:
+            self.read_position = (1, out[-1].position[1] + 1)
         return out
 
-    async def read_entries_or_wait(self, n: int):
+    async def wait_for_entries(self) -> None:
         while not self.has_more_entries():
-            await self.more.wait()
-        return await self.read_entries(n)
+            await self._arrival()
+
+    async def read_entries_or_wait(self, n: int):
+        while True:
+            out = await self.read_entries(n)
+            if out:
+                return out
+            await self._arrival()
 
     def is_deleted(self, position) -> bool:
-        return False
+        return position <= self.mark_delete_position
 
     def rewind(self) -> None:
         self.read_position = (1, self.mark_delete_position[1] + 1)
@@ -84,9 +110,44 @@ async def test_a_failure_while_dispatching_does_not_end_delivery():
     consumer.flow(100)
     dispatcher.add_consumer(consumer)
     try:
-        async with asyncio.timeout(5):
-            while len(conn.sent) < 5:
-                await asyncio.sleep(0.01)  # polling the recorded sends of a loop that runs on its own
+        await _until(lambda: len(conn.sent) >= 5, lambda: f"all 5 entries; sent {conn.sent}")
     finally:
         await dispatcher.close()
     assert conn.sent == [(1, i) for i in range(5)]  # read again from the start after the failure, in order
+
+
+async def _until(condition, what, timeout_s: float = 5) -> None:
+    """Poll state that the loop under test changes on its own; ``what()`` names the wait when it times out."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what()}") from None
+
+
+async def test_a_publish_as_the_active_consumer_leaves_loses_no_entry():
+    """The shedding test's lost batch, scripted: the loop waits at the tail for consumer A; in one step A
+    leaves (a rewind is scheduled) and an entry is published. The rewind runs first; a read in a task of its
+    own then started at the rewound position, moved the cursor past the whole backlog, and the cancelled loop
+    dropped what it read, so the next consumer started after it."""
+    cursor = Cursor(5)
+    dispatcher = SingleActiveConsumerDispatcher(Subscription(cursor), max_read_batch_size=100)
+    first, second = Connection(failures=0), Connection(failures=0)
+    a = Consumer(1, "a", first, track_pending_acks=False)
+    a.flow(100)
+    dispatcher.add_consumer(a)
+    try:
+        await _until(lambda: len(first.sent) == 5, lambda: "A to get the backlog")
+        await asyncio.sleep(0)  # the loop is now waiting at the tail
+        waiting_loop = dispatcher._task
+        dispatcher.remove_consumer(a)  # schedules the rewind: nothing A had was acknowledged
+        cursor.publish()
+        await _until(lambda: dispatcher._task not in (None, waiting_loop), lambda: "the loop to restart after the rewind")
+        b = Consumer(2, "b", second, track_pending_acks=False)
+        b.flow(100)
+        dispatcher.add_consumer(b)
+        await _until(lambda: len(second.sent) >= 6, lambda: f"B to get entries 0..5; it got {second.sent}")
+    finally:
+        await dispatcher.close()
+    assert second.sent == [(1, i) for i in range(6)]

@@ -56,6 +56,21 @@ class PartitionedProducer:
     def send_async(self, content: bytes, **kwargs) -> asyncio.Future:
         return self._route(kwargs.get("partition_key")).send_async(content, **kwargs)
 
+    def enqueue(self, content: bytes, completion, **kwargs) -> None:
+        self._route(kwargs.get("partition_key")).enqueue(content, completion, **kwargs)
+
+    def pending_messages(self) -> int:
+        return sum(p.pending_messages() for p in self.producers)
+
+    @property
+    def on_room(self):
+        return self.producers[0].on_room
+
+    @on_room.setter
+    def on_room(self, hook) -> None:
+        for p in self.producers:
+            p.on_room = hook
+
     async def flush(self) -> None:
         await asyncio.gather(*(p.flush() for p in self.producers))
 

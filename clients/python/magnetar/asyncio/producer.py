@@ -4,8 +4,9 @@ How it works: each message gets the next sequence id. With batching, messages
 collect in a batch until it holds ``batching_max_messages`` messages or
 ``batching_max_allowed_size_in_bytes`` bytes, or ``batching_max_publish_delay_ms``
 passes; a batch is one SEND (one ledger entry). Sends wait in ``pending``
-(in sequence order) until their receipt; each receipt completes the futures of
-its messages with ids ``(ledger, entry, batch index)``. When the connection
+(in sequence order) until their receipt; each receipt completes its messages'
+*completions* (a future per message for ``send_async``; the sync facade passes its
+own, or none) with ids ``(ledger, entry, batch index)``. When the connection
 drops or the broker closes the producer, the producer looks the topic up
 again, re-creates itself under the same name and resends everything pending,
 in order, so nothing acknowledged is lost and nothing is reordered.
@@ -23,7 +24,9 @@ from magnetar.compression import CompressionType, compress
 from magnetar.errors import AlreadyClosed, MagnetarError, MessageTooBig, ProducerQueueIsFull, Timeout, for_code
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.protocol.frames import command, encode_headers_and_payload, pack_batch
+from magnetar.protocol.frames import (
+    batch_message_header, command, encode_headers_and_payload, plain_batch_message_header,
+)
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
@@ -42,21 +45,40 @@ class BatchingType(enum.IntEnum):
 
 
 class _Send:
-    """One SEND on the wire: a single message or a batch, with the futures waiting for its receipt."""
+    """One SEND on the wire: a single message or a batch, with the completions waiting for its receipt.
 
-    __slots__ = ("sequence_id", "highest_sequence_id", "count", "headers_and_payload", "futures", "batched", "created")
+    A completion is anything with ``done()``, ``set_result(message_id)`` and ``set_exception(exc)`` (an
+    asyncio or concurrent future, the sync facade's callback), or None when nobody waits for the message.
+    ``ordinal`` counts SENDs in the order they were queued, so ``flush()`` can wait for "everything up to here".
+    """
 
-    def __init__(self, sequence_id, highest_sequence_id, count, headers_and_payload, futures, batched=False):
+    __slots__ = ("sequence_id", "highest_sequence_id", "count", "headers_and_payload", "completions", "batched",
+                 "created", "ordinal")
+
+    def __init__(self, sequence_id, highest_sequence_id, count, headers_and_payload, completions, batched=False):
         self.sequence_id, self.highest_sequence_id = sequence_id, highest_sequence_id
-        self.count, self.headers_and_payload, self.futures = count, headers_and_payload, futures
+        self.count, self.headers_and_payload, self.completions = count, headers_and_payload, completions
         self.batched = batched
         self.created = time.monotonic()
+        self.ordinal = 0
 
     def command(self, producer_id: int):
         send = pb.CommandSend(producer_id=producer_id, sequence_id=self.sequence_id, num_messages=self.count)
         if self.highest_sequence_id != self.sequence_id:
             send.highest_sequence_id = self.highest_sequence_id
         return command(T.SEND, send=send)
+
+
+class _Batch:
+    """Messages collecting for one batched SEND: [header, payload, header, payload, ...] and their completions."""
+
+    __slots__ = ("parts", "completions", "first_seq", "last_seq", "size")
+
+    def __init__(self, first_seq: int):
+        self.parts: list[bytes] = []
+        self.completions: list = []
+        self.first_seq = self.last_seq = first_seq
+        self.size = 0
 
 
 class AsyncProducer:
@@ -92,8 +114,11 @@ class AsyncProducer:
         self._last_seq_published = -1 if initial_sequence_id is None else initial_sequence_id
         self._pending: deque[_Send] = deque()  # in send order; chunks of one message share a sequence id
         self._pending_messages = 0
+        self._ordinals = 0
+        self._flush_waiters: list[tuple[int, asyncio.Future]] = []  # (ordinal of the last SEND to wait for, future)
         self._space = asyncio.Event()
-        self._batches: dict = {}  # batch key -> [messages, bytes]; one key unless batching is KeyBased
+        self.on_room = None  # called (on the loop) whenever pending messages were answered, failed or expired
+        self._batches: dict[object, _Batch] = {}  # batch key -> batch; one key unless batching is KeyBased
         self._batched = 0  # messages waiting in batches
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
@@ -164,37 +189,56 @@ class AsyncProducer:
     async def send(self, content: bytes, **kwargs) -> MessageId:
         """Send and wait until the broker has stored the message. Waits for room when the queue is full and
         ``block_if_queue_full``; raises ProducerQueueIsFull otherwise."""
+        if self._queue_full() and not self.block_if_full:
+            raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
+        await self.wait_for_room()
+        return await self.send_async(content, **kwargs)
+
+    async def wait_for_room(self) -> None:
+        """Return once fewer than ``max_pending_messages`` are pending (what ``block_if_queue_full`` waits for)."""
         while self._queue_full():
-            if not self.block_if_full:
-                raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
             self._space.clear()
             await self._space.wait()
-        return await self.send_async(content, **kwargs)
 
     def _queue_full(self) -> bool:
         return self._pending_messages + self._batched >= self.max_pending
 
-    def send_async(self, content: bytes, *, properties=None, partition_key=None, ordering_key=None,
-                   sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> asyncio.Future:
+    def pending_messages(self) -> int:
+        """Messages queued and not yet answered (batched or in flight); ``max_pending_messages`` bounds it."""
+        return self._pending_messages + self._batched
+
+    def send_async(self, content: bytes, **kwargs) -> asyncio.Future:
         """Queue a message now, without a task per message; the returned future resolves to its MessageId.
 
         Raises AlreadyClosed, MessageTooBig, and ProducerQueueIsFull when the pending queue is full
         (callers that want to wait for room use ``await send(...)``). A send older than
         ``send_timeout_millis`` fails with Timeout.
         """
+        fut = asyncio.get_running_loop().create_future()
+        self.enqueue(content, fut, **kwargs)
+        return fut
+
+    def enqueue(self, content: bytes, completion, *, properties=None, partition_key=None, ordering_key=None,
+                sequence_id=None, event_timestamp=None, deliver_at=None, deliver_after=None) -> None:
+        """``send_async`` with the caller's own completion (see ``_Send``; None when nobody waits). Raises as it."""
         if self.closed:
             raise AlreadyClosed(f"producer on {self._topic} is closed")
-        content = bytes(content)
-        if len(content) > self.client.max_message_size and not self.chunking:
-            raise MessageTooBig(f"message of {len(content)} bytes exceeds the maximum of {self.client.max_message_size}"
+        if type(content) is not bytes:
+            content = bytes(content)
+        size = len(content)
+        if size > self.client.max_message_size and not self.chunking:
+            raise MessageTooBig(f"message of {size} bytes exceeds the maximum of {self.client.max_message_size}"
                                 " (enable chunking to send it)")
-        if self._queue_full():
+        if self._pending_messages + self._batched >= self.max_pending:
             raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
-        seq = self._next_seq if sequence_id is None else sequence_id
-        self._next_seq = max(self._next_seq, seq + 1)
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._arm_timeouts(loop)
+        if sequence_id is None:
+            seq = self._next_seq
+            self._next_seq = seq + 1
+        else:
+            seq = sequence_id
+            self._next_seq = max(self._next_seq, seq + 1)
+        if self._timeout_timer is None and self.send_timeout_s is not None:
+            self._arm_timeouts(asyncio.get_running_loop())
         deliver_at_ms = None
         if deliver_after is not None:
             deliver_at_ms = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
@@ -202,23 +246,31 @@ class AsyncProducer:
             deliver_at_ms = int(deliver_at)
         keyed = properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
         if self.batching and deliver_at_ms is None:
-            smm = pb.SingleMessageMetadata(payload_size=len(content), sequence_id=seq)
+            key = None
             if keyed:
+                smm = pb.SingleMessageMetadata(payload_size=size, sequence_id=seq)
                 _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
                       event_timestamp=event_timestamp)
-            key = None
-            if self.key_based and ordering_key is not None:
-                key = ("ordering", ordering_key.encode() if isinstance(ordering_key, str) else ordering_key)
-            elif self.key_based and partition_key is not None:
-                key = ("partition", partition_key)
-            batch = self._batches.setdefault(key, [[], 0])
-            batch[0].append((smm, content, fut, seq))
-            batch[1] += len(content)
+                header = batch_message_header(smm)
+                if self.key_based and ordering_key is not None:
+                    key = ("ordering", ordering_key.encode() if isinstance(ordering_key, str) else ordering_key)
+                elif self.key_based and partition_key is not None:
+                    key = ("partition", partition_key)
+            else:
+                header = plain_batch_message_header(size, seq)
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = self._batches[key] = _Batch(seq)
+            batch.parts.append(header)
+            batch.parts.append(content)
+            batch.completions.append(completion)
+            batch.last_seq = seq
+            batch.size += size
             self._batched += 1
-            if len(batch[0]) >= self.batch_max_messages or batch[1] >= self.batch_max_bytes:
+            if len(batch.completions) >= self.batch_max_messages or batch.size >= self.batch_max_bytes:
                 self._flush_batch(key)
             elif self._batch_timer is None:
-                self._batch_timer = loop.call_later(self.batch_delay_s, self._flush_batch)
+                self._batch_timer = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush_batch)
         else:
             self._flush_batch()  # keep order with anything batched before
             md = self._metadata(seq)
@@ -226,13 +278,12 @@ class AsyncProducer:
                   event_timestamp=event_timestamp)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
-            if len(content) > self.client.max_message_size:
-                self._enqueue_chunks(md, content, fut)
+            if size > self.client.max_message_size:
+                self._enqueue_chunks(md, content, completion)
             else:
-                self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [fut]))
-        return fut
+                self._enqueue(_Send(seq, seq, 1, self._encode(md, content), [completion]))
 
-    def _enqueue_chunks(self, md, content: bytes, fut) -> None:
+    def _enqueue_chunks(self, md, content: bytes, completion) -> None:
         """Split a message above the broker's limit into chunks that share its sequence id (Pulsar's chunking)."""
         room = self.client.max_message_size - 64 * 1024  # leave the metadata room inside the limit
         chunks = [content[i:i + room] for i in range(0, len(content), room)]
@@ -244,27 +295,30 @@ class AsyncProducer:
             part.CopyFrom(md)
             part.chunk_id = i
             last = i == len(chunks) - 1
-            self._enqueue(_Send(md.sequence_id, md.sequence_id, 1, self._encode(part, chunk), [fut if last else None]))
+            self._enqueue(_Send(md.sequence_id, md.sequence_id, 1, self._encode(part, chunk), [completion if last else None]))
 
     def _arm_timeouts(self, loop) -> None:
         """One timer per producer (not per message) fails sends older than the send timeout."""
-        if self.send_timeout_s is None or self._timeout_timer is not None:
+        if self.send_timeout_s is None or self._timeout_timer is not None or self.closed:
             return
         self._timeout_timer = loop.call_later(min(1.0, self.send_timeout_s), self._expire)
 
     def _expire(self) -> None:
         self._timeout_timer = None
         deadline = time.monotonic() - self.send_timeout_s
+        expired = False
         while self._pending:
             send = self._pending[0]
             if send.created > deadline:
                 break
             self._pending.popleft()
             self._pending_messages -= send.count
-            for fut in send.futures:
-                if fut is not None and not fut.done():
-                    fut.set_exception(Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s"))
-            self._space.set()
+            expired = True
+            for c in send.completions:
+                if c is not None and not c.done():
+                    c.set_exception(Timeout(f"send to {self._topic} not acknowledged within {self.send_timeout_s} s"))
+        if expired:
+            self._room()
         if self._pending or self._batched:
             self._arm_timeouts(asyncio.get_running_loop())
 
@@ -286,32 +340,53 @@ class AsyncProducer:
                 self._batch_timer = None
         keys = list(self._batches) if key is ... else [key]
         for k in keys:
-            messages, _ = self._batches.pop(k, ([], 0))
-            if not messages:
+            batch = self._batches.pop(k, None)
+            if batch is None or not batch.completions:
                 continue
-            self._batched -= len(messages)
-            md = self._metadata(messages[0][3])
-            md.num_messages_in_batch = len(messages)
-            md.highest_sequence_id = messages[-1][3]
+            count = len(batch.completions)
+            self._batched -= count
+            md = self._metadata(batch.first_seq)
+            md.num_messages_in_batch = count
+            md.highest_sequence_id = batch.last_seq
             if k is not None:  # key-based batching: the batch carries its key, so Key_Shared can route it
                 if k[0] == "ordering":
                     md.ordering_key = k[1]
                 else:
                     md.partition_key = k[1]
-            payload = pack_batch([(smm, content) for smm, content, _, _ in messages])
-            self._enqueue(_Send(messages[0][3], messages[-1][3], len(messages), self._encode(md, payload),
-                                [fut for _, _, fut, _ in messages], batched=True))
+            self._enqueue(_Send(batch.first_seq, batch.last_seq, count, self._encode(md, b"".join(batch.parts)),
+                                batch.completions, batched=True))
 
     def _enqueue(self, send: _Send) -> None:
+        self._ordinals += 1
+        send.ordinal = self._ordinals
         self._pending.append(send)
         self._pending_messages += send.count
         if self._ready.is_set() and self.conn is not None and not self.conn.closed:
             self.conn.write_with_payload(send.command(self.producer_id), send.headers_and_payload)
 
     async def flush(self) -> None:
+        """Send what is batched and wait until every message queued so far is answered (stored or failed)."""
         self._flush_batch()
         if self._pending:
-            await asyncio.gather(*(f for s in list(self._pending) for f in s.futures), return_exceptions=True)
+            done = asyncio.get_running_loop().create_future()
+            self._flush_waiters.append((self._pending[-1].ordinal, done))
+            await done
+
+    def _room(self) -> None:
+        """Pending messages were answered, failed or expired: wake whoever waits for room or for a flush."""
+        self._space.set()
+        if self._flush_waiters:
+            head = self._pending[0].ordinal if self._pending else self._ordinals + 1
+            waiting = []
+            for ordinal, done in self._flush_waiters:
+                if ordinal < head:
+                    if not done.done():
+                        done.set_result(None)
+                elif not done.done():
+                    waiting.append((ordinal, done))
+            self._flush_waiters = waiting
+        if self.on_room is not None:
+            self.on_room()
 
     # ---- receipts ---------------------------------------------------------------------
 
@@ -325,13 +400,13 @@ class AsyncProducer:
         while self._pending:
             first = self._pending.popleft()
             self._pending_messages -= first.count
-            for i, fut in enumerate(first.futures):
-                if fut is not None and not fut.done():
-                    fut.set_result(MessageId(ledger, entry, i if first.batched else -1, self.partition))
             self._last_seq_published = max(self._last_seq_published, first.highest_sequence_id)
+            for i, c in enumerate(first.completions):
+                if c is not None and not c.done():
+                    c.set_result(MessageId(ledger, entry, i if first.batched else -1, self.partition))
             if first.sequence_id == receipt.sequence_id:
                 break
-        self._space.set()
+        self._room()
 
     def on_send_error(self, error) -> None:
         exc = for_code(error.error, error.message)
@@ -342,19 +417,19 @@ class AsyncProducer:
             if send.sequence_id == error.sequence_id:
                 self._pending.remove(send)
                 self._pending_messages -= send.count
-                for fut in send.futures:
-                    if fut is not None and not fut.done():
-                        fut.set_exception(exc)
-        self._space.set()
+                for c in send.completions:
+                    if c is not None and not c.done():
+                        c.set_exception(exc)
+        self._room()
 
     def _fail_pending(self, exc: BaseException) -> None:
-        for send in self._pending:
-            for fut in send.futures:
-                if fut is not None and not fut.done():
-                    fut.set_exception(exc)
-        self._pending.clear()
+        pending, self._pending = self._pending, deque()
         self._pending_messages = 0
-        self._space.set()
+        for send in pending:
+            for c in send.completions:
+                if c is not None and not c.done():
+                    c.set_exception(exc)
+        self._room()
 
     async def close(self) -> None:
         if self.closed:
