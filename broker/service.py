@@ -34,7 +34,8 @@ from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
-from storage.client import ClientConfig, LedgerClient
+from storage.client import ClientConfig
+from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
 from storage.metadata import MetadataStore, open_store
