@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import enum
 
+# magnetar.protocol's codec errors subclass MagnetarError, so the two modules import each other; magnetar/__init__
+# loads magnetar.protocol first, which makes this module load (completely) from inside it.
+from magnetar.protocol import pulsar_api_pb2 as _pb
+from magnetar.protocol.server_errors import ServerErrorRegistry as _Registry
+
 
 class Result(enum.IntEnum):
     """The official client's result codes, same names and values (``pulsar.Result``): what ``send_async``
@@ -78,11 +83,6 @@ class MagnetarError(Exception):
     http_status = 500
     result = Result.UnknownError
 
-
-# Imported here, not at the top: importing magnetar.protocol runs its __init__, whose codec errors
-# (magnetar.protocol.errors) subclass MagnetarError, so the root must exist before the package loads.
-from magnetar.protocol import pulsar_api_pb2 as _pb  # noqa: E402
-from magnetar.protocol.server_errors import ServerErrorRegistry as _Registry  # noqa: E402
 
 _REGISTRY = _Registry(describe=lambda cls, code: cls.__name__)
 _code = _REGISTRY.register
