@@ -79,3 +79,14 @@ def test_registry_copies_the_row_onto_the_class():
     busy = registry.register(pb.ServiceNotReady)(type("Busy", (Exception,), {}))
     assert (busy.code, busy.retriable, busy.http_status) == (pb.ServiceNotReady, True, 500)
     assert type(registry.for_code(77)) is unknown and str(registry.for_code(77)) == "Unknown/77"
+
+
+@pytest.mark.parametrize("module", ["magnetar.protocol.server_errors", "magnetar.errors", "magnetar.protocol.errors",
+                                    "magnetar.protocol", "magnetar.asyncio.connection"])
+def test_each_module_imports_first_in_a_fresh_interpreter(module):
+    # magnetar.errors and magnetar.protocol import each other; whichever a program names first must work.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", f"import {module}; import magnetar; magnetar.errors.for_code(16)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

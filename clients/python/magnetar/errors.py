@@ -3,8 +3,8 @@
 ``for_code(code, message)`` is the single translation from the wire: each
 class is bound to its code through the one ServerError table
 (``magnetar.protocol.server_errors``), which also gives its ``retriable``
-flag; socket
-and timeout errors are converted where they enter (``raise ... from``).
+flag. Socket and timeout errors are converted where they enter
+(``raise ... from``).
 ``retriable`` says whether the client may try again by itself (after a
 reconnect or lookup); ``result`` is the matching ``Result`` code, which the
 sync API's callbacks receive as the official client's do.
