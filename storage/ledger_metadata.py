@@ -24,7 +24,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 
-from storage.errors import LedgerMetadataError
+from storage.errors import InvalidQuorumError, LedgerMetadataError
 
 
 class LedgerState(enum.Enum):
@@ -44,6 +44,19 @@ _TRANSITIONS = {
 def check_transition(old: LedgerState, new: LedgerState) -> None:
     if (old, new) not in _TRANSITIONS:
         raise LedgerMetadataError(f"illegal ledger state transition {old.value} -> {new.value}")
+
+
+def validate_quorum(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
+    """The one check of a ledger's sizes: E >= Qw >= Qa >= 1, all integers. Raises InvalidQuorumError.
+
+    The ledger client checks before creating a ledger; configurations that hold
+    sizes (the managed ledger's, and through it the broker's) check at load.
+    """
+    sizes = (ensemble_size, write_quorum_size, ack_quorum_size)
+    if not all(isinstance(n, int) for n in sizes) or not ensemble_size >= write_quorum_size >= ack_quorum_size >= 1:
+        raise InvalidQuorumError(
+            f"need ensemble >= write quorum >= ack quorum >= 1, got {ensemble_size}/{write_quorum_size}/{ack_quorum_size}"
+        )
 
 
 def master_key(password: bytes) -> bytes:

@@ -21,7 +21,7 @@ import uvloop
 
 from loadtest.bench.disk import fsync_bandwidth
 from loadtest.bench.report import latency_summary_ms, print_table
-from storage.bookie.shell import write_entries
+from storage.tools.shell import write_entries
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 

@@ -39,7 +39,7 @@ ENV = {
 
 async def _write(url: str, total_bytes: int) -> dict[str, int]:
     """Fill LEDGERS closed ledgers; returns bytes held per bookie."""
-    from storage.bookie.shell import write_entries
+    from storage.tools.shell import write_entries
     from storage.client.client import LedgerClient
 
     per_ledger = max(1, total_bytes // ENTRY_BYTES // LEDGERS)

@@ -54,7 +54,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage import digest
 from storage.bookie.config import BookieConfig
-from storage.bookie.index import LedgerState
+from storage.bookie.index import LedgerDescriptor
 from storage.bookie.journal import (
     ADD,
     FENCE,
@@ -237,7 +237,7 @@ class Bookie:
                 adds += 1
             elif kind == MASTER_KEY:
                 if state is None:
-                    states[ledger_id] = LedgerState(record.data)
+                    states[ledger_id] = LedgerDescriptor(record.data)
                     storage.state_changed(ledger_id)
                 elif state.master_key is None:
                     state.master_key = record.data
@@ -300,7 +300,7 @@ class Bookie:
         )
         await asyncio.shield(pending)
 
-    def _state_for_write(self, ledger_id: int, master_key: bytes) -> LedgerState:
+    def _state_for_write(self, ledger_id: int, master_key: bytes) -> LedgerDescriptor:
         """The ledger's state, created (with a journaled key) if new; checks the key."""
         states = self._storage.states
         state = states.get(ledger_id)
@@ -309,7 +309,7 @@ class Bookie:
                 raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
             return state
         if state is None:
-            state = states[ledger_id] = LedgerState(master_key)
+            state = states[ledger_id] = LedgerDescriptor(master_key)
         else:
             state.master_key = master_key
         self._storage.state_changed(ledger_id)
@@ -449,7 +449,7 @@ class Bookie:
     def ledger_ids(self) -> list[int]:
         return sorted(self._storage.states)
 
-    def _known(self, ledger_id: int) -> LedgerState:
+    def _known(self, ledger_id: int) -> LedgerDescriptor:
         state = self._storage.states.get(ledger_id)
         if state is None:
             raise NoSuchLedgerError(f"ledger {ledger_id} is unknown to this bookie")

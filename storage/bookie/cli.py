@@ -14,9 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from storage.bookie import shell
 from storage.bookie.config import BookieConfig, load_config
 from storage.errors import BookieStartupError, MetadataError, StorageError
+from storage.tools import shell
 
 EXIT_REFUSED = 2
 

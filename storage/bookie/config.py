@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.config import load_layered
+from storage.network_location import DEFAULT_NETWORK_LOCATION, parse_network_location
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class BookieConfig:
     http_port: int = 8000
     advertised_address: str | None = None  # host clients dial; default: host
     bookie_id: str | None = None  # default: "<advertised_address>:<port>"
-    network_location: str = "/default-zone/default-upgradedomain"
+    network_location: str = DEFAULT_NETWORK_LOCATION
     journal_dir: Path | None = None  # default: <data_dir>/journal
     ledger_dir: Path | None = None  # default: <data_dir>/ledgers
 
@@ -125,14 +126,6 @@ class BookieConfig:
         if not self.bookie_id or "/" in self.bookie_id:
             raise ValueError(f"bookie_id {self.bookie_id!r} must be non-empty and contain no '/'")
         return self
-
-
-def parse_network_location(location: str) -> tuple[str, str]:
-    """'/zone/upgradeDomain' -> (zone, upgrade_domain). Raises ValueError."""
-    parts = location.split("/")
-    if len(parts) != 3 or parts[0] != "" or not parts[1] or not parts[2]:
-        raise ValueError(f"network location must look like /zone/upgradeDomain, got {location!r}")
-    return parts[1], parts[2]
 
 
 _ENV_PREFIX = "MAGNETAR_BOOKIE_"

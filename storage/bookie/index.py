@@ -51,8 +51,12 @@ _FENCED = 1
 _HAS_KEY = 2
 
 
-class LedgerState:
-    """What the bookie knows about one ledger besides its entries."""
+class LedgerDescriptor:
+    """What the bookie knows about one ledger besides its entries: master key, fenced, LAC, last entry id.
+
+    BookKeeper's bookie-side name; the ledger's lifecycle (OPEN, IN_RECOVERY, CLOSED) is
+    ``storage.ledger_metadata.LedgerState``, which lives in the metadata store, not here.
+    """
 
     __slots__ = ("fenced", "master_key", "lac", "last_entry_id")
 
@@ -62,8 +66,8 @@ class LedgerState:
         self.lac = lac
         self.last_entry_id = last_entry_id
 
-    def copy(self) -> "LedgerState":
-        return LedgerState(self.master_key, self.fenced, self.lac, self.last_entry_id)
+    def copy(self) -> "LedgerDescriptor":
+        return LedgerDescriptor(self.master_key, self.fenced, self.lac, self.last_entry_id)
 
     def encode(self) -> bytes:
         flags = (_FENCED if self.fenced else 0) | (_HAS_KEY if self.master_key is not None else 0)
@@ -71,20 +75,20 @@ class LedgerState:
         return _STATE.pack(flags, self.lac, self.last_entry_id, len(key)) + key
 
     @classmethod
-    def decode(cls, raw: bytes) -> "LedgerState":
+    def decode(cls, raw: bytes) -> "LedgerDescriptor":
         flags, lac, last, key_len = _STATE.unpack_from(raw)
         key = bytes(raw[_STATE.size : _STATE.size + key_len]) if flags & _HAS_KEY else None
         return cls(key, bool(flags & _FENCED), lac, last)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, LedgerState) and (
+        return isinstance(other, LedgerDescriptor) and (
             (self.master_key, self.fenced, self.lac, self.last_entry_id)
             == (other.master_key, other.fenced, other.lac, other.last_entry_id)
         )
 
     def __repr__(self) -> str:
         return (
-            f"LedgerState(fenced={self.fenced}, lac={self.lac}, last_entry_id={self.last_entry_id}, "
+            f"LedgerDescriptor(fenced={self.fenced}, lac={self.lac}, last_entry_id={self.last_entry_id}, "
             f"has_key={self.master_key is not None})"
         )
 
@@ -140,9 +144,9 @@ class LedgerIndex:
             raise BookieInternalError(f"index read failed: {exc}") from exc
         return out
 
-    def load_states(self) -> dict[int, LedgerState]:
+    def load_states(self) -> dict[int, LedgerDescriptor]:
         with self._env.begin(db=self._ledgers) as txn:
-            return {_LEDGER_KEY.unpack(k)[0]: LedgerState.decode(v) for k, v in txn.cursor()}
+            return {_LEDGER_KEY.unpack(k)[0]: LedgerDescriptor.decode(v) for k, v in txn.cursor()}
 
     def log_usage(self) -> dict[int, int]:
         """log_id -> bytes of live records in it (per the index)."""
@@ -162,7 +166,7 @@ class LedgerIndex:
     def commit_flush(
         self,
         placed: Iterable[tuple[int, int, EntryLocation]],
-        states: dict[int, LedgerState],
+        states: dict[int, LedgerDescriptor],
     ) -> None:
         """Record where flushed entries now live, and the ledgers' states, in
         one synced commit. An entry written again (a recovery add re-sending

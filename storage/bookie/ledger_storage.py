@@ -37,7 +37,7 @@ from typing import Callable
 from storage import digest
 from storage.bookie.config import BookieConfig
 from storage.bookie.entrylog import RECORD_OVERHEAD, EntryLocation, EntryLogger
-from storage.bookie.index import LedgerIndex, LedgerState
+from storage.bookie.index import LedgerIndex, LedgerDescriptor
 from storage.errors import (
     BookieInternalError,
     DigestMismatchError,
@@ -53,7 +53,7 @@ EntryKey = tuple[int, int]  # (ledger_id, entry_id)
 @dataclass
 class FlushSnapshot:
     entries: dict[EntryKey, bytes]
-    states: dict[int, LedgerState]
+    states: dict[int, LedgerDescriptor]
     bytes: int
 
     @property
@@ -115,7 +115,7 @@ class LedgerStorage:
         self.entry_logger = EntryLogger(
             config.ledger_dir, config.entry_log_max_file_size_bytes, on_write=on_entry_log_write
         )
-        self.states: dict[int, LedgerState] = self.index.load_states()
+        self.states: dict[int, LedgerDescriptor] = self.index.load_states()
         self._active: dict[EntryKey, bytes] = {}
         self._active_bytes = 0
         self._flushing: dict[EntryKey, bytes] = {}
@@ -134,7 +134,7 @@ class LedgerStorage:
         self._active_bytes += len(body)
         state = self.states.get(ledger_id)
         if state is None:
-            state = self.states[ledger_id] = LedgerState()
+            state = self.states[ledger_id] = LedgerDescriptor()
         if entry_id > state.last_entry_id:
             state.last_entry_id = entry_id
         if lac > state.lac:

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from storage.autorecovery.config import AutoRecoveryConfig
 from storage.autorecovery.service import AutoRecoveryService
 from storage.bookie.bookie import Bookie
-from storage.bookie.config import BookieConfig, parse_network_location
+from storage.bookie.config import BookieConfig
 from storage.bookie.cookie import check_and_write_cookie
 from storage.bookie.disk_monitor import DiskMonitor, Mode
 from storage.bookie.gc import GarbageCollector
@@ -40,6 +40,7 @@ from storage.bookie.server import BookieServer
 from storage.errors import NoNodeError
 from storage.ledger_metadata import LedgerMetadata
 from storage.metadata import MetadataStore, open_store, paths
+from storage.network_location import parse_network_location
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from storage.client.recovery import LedgerRecovery
 from storage.client.registry import BookieRegistry
 from storage.errors import (
     ClientClosedError,
-    InvalidQuorumError,
     NodeExistsError,
     NoNodeError,
     NoSuchLedgerError,
@@ -36,7 +35,7 @@ from storage.errors import (
     ReadEntryError,
     UnauthorizedError,
 )
-from storage.ledger_metadata import LedgerMetadata
+from storage.ledger_metadata import LedgerMetadata, validate_quorum
 from storage.metadata import MetadataStore, join, open_store, paths
 
 log = logging.getLogger(__name__)
@@ -108,12 +107,7 @@ class LedgerClient:
         MetadataError from the store.
         """
         self._check_open()
-        if not (isinstance(ensemble_size, int) and isinstance(write_quorum_size, int) and isinstance(ack_quorum_size, int)) or not (
-            ensemble_size >= write_quorum_size >= ack_quorum_size >= 1
-        ):
-            raise InvalidQuorumError(
-                f"need ensemble >= write quorum >= ack quorum >= 1, got {ensemble_size}/{write_quorum_size}/{ack_quorum_size}"
-            )
+        validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
         ctx = self._ctx
         placement = None
         for refreshed in (False, True):

@@ -25,13 +25,20 @@ How this works
 A replacement that cannot be found (NotEnoughBookiesError, or strict
 placement refusing) fails the handle after one registry refresh, as
 BookKeeper does; the owner then closes the ledger and starts a new one.
+
+The change drives its writer through ``ChangingWriter``, the part of
+``LedgerHandle`` it may touch, so this module does not import the handle
+(the handle imports this one to start a change).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from storage.client.context import ClientContext
+from storage.client.pending_add import AddQueue
 from storage.client.placement import replace_bookie
 from storage.errors import (
     BadVersionError,
@@ -48,14 +55,41 @@ from storage.errors import (
 from storage.ledger_metadata import LedgerMetadata, LedgerState
 from storage.metadata import paths
 
-if TYPE_CHECKING:
-    from storage.client.ledger_handle import LedgerHandle
-
 log = logging.getLogger(__name__)
 
 
+class ChangingWriter(Protocol):
+    """What an ensemble change reads and drives on the writer whose bookies it replaces (``LedgerHandle``)."""
+
+    _ctx: ClientContext
+    _queue: AddQueue  # held for the whole change: acks are recorded, nothing completes
+    _metadata: LedgerMetadata
+    _version: int
+    _lac: int
+    _recovery: bool
+    _failure: StorageError | None
+    _to_replace: dict[int, str]  # position -> failed bookie awaiting a replacement
+    _failed_bookies: set[str]  # never chosen as a replacement
+    _change_task: asyncio.Task | None  # this change, cleared when it ends
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    def _install_ensemble(self, metadata: LedgerMetadata, version: int, replaced: dict[int, str]) -> None:
+        """Switch to the new fragment and re-send to the replacements what they lack."""
+
+    def _fail(self, exc: StorageError) -> None:
+        """Stop the writer: every pending and later add fails with ``exc``."""
+
+    def _complete_ready(self) -> None:
+        """Complete the adds that have their ack quorum, in order."""
+
+    def _wake_idle(self) -> None:
+        """Wake close() if nothing is pending any more."""
+
+
 class EnsembleChange:
-    def __init__(self, handle: "LedgerHandle"):
+    def __init__(self, handle: ChangingWriter):
         self._h = handle
         self._ctx = handle._ctx
 

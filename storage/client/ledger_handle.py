@@ -37,6 +37,7 @@ from functools import partial
 
 from storage import digest
 from storage.client.context import ClientContext
+from storage.client.ensemble_change import EnsembleChange
 from storage.client.pending_add import AddQueue, PendingAdd
 from storage.client.read_handle import ReadHandle
 from storage.errors import (
@@ -227,8 +228,6 @@ class LedgerHandle(ReadHandle):
         self._to_replace[pos] = bookie
         self._failed_bookies.add(bookie)
         if self._change_task is None:
-            from storage.client.ensemble_change import EnsembleChange
-
             self._change_task = self._loop.create_task(EnsembleChange(self).run())
 
     def _bookies_changed(self, registered: set[str]) -> None:

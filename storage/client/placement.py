@@ -32,13 +32,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from storage.bookie.config import parse_network_location
 from storage.client.config import PlacementPolicy
 from storage.errors import NotEnoughBookiesError, PlacementPolicyError
+from storage.ledger_metadata import validate_quorum
+from storage.network_location import DEFAULT_NETWORK_LOCATION, parse_network_location
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NETWORK_LOCATION = "/default-zone/default-upgradedomain"
 _SEARCH_BUDGET = 20_000  # DFS nodes per attempt; E is small, so this only stops pathological inputs
 
 
@@ -106,12 +106,12 @@ def new_ensemble(
 ) -> Placement:
     """Choose E writable bookies as a ring satisfying the zone rules.
 
-    Raises NotEnoughBookiesError (fewer than E writable, non-excluded bookies)
-    and, in strict mode, PlacementPolicyError (the zone rules cannot be met).
+    Raises InvalidQuorumError (unless E >= Qw >= Qa >= 1), NotEnoughBookiesError
+    (fewer than E writable, non-excluded bookies) and, in strict mode,
+    PlacementPolicyError (the zone rules cannot be met).
     """
     rng = rng or random.Random()
-    if not ensemble_size >= write_quorum_size >= ack_quorum_size >= 1:
-        raise ValueError(f"need E >= Qw >= Qa >= 1, got {ensemble_size}/{write_quorum_size}/{ack_quorum_size}")
+    validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
     pool = _eligible(candidates, exclude)
     if len(pool) < ensemble_size:
         raise NotEnoughBookiesError(

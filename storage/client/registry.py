@@ -25,9 +25,10 @@ import logging
 import time
 from typing import Callable
 
-from storage.client.placement import DEFAULT_NETWORK_LOCATION, BookieInfo
+from storage.client.placement import BookieInfo
 from storage.errors import MetadataError, NoNodeError
 from storage.metadata import MetadataStore, Watch, join, paths
+from storage.network_location import DEFAULT_NETWORK_LOCATION
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage.errors import ManagedLedgerConfigError
+from storage.errors import InvalidQuorumError, ManagedLedgerConfigError
+from storage.ledger_metadata import validate_quorum
 
 MIN_CHUNK_BYTES = 256
 MAX_CHUNK_BYTES = 4 * 1024 * 1024  # room under a 5 MiB entry limit for the chunk's framing
@@ -42,10 +43,10 @@ class ManagedLedgerConfig:
 
     def validate(self) -> "ManagedLedgerConfig":
         """Returns self; raises ManagedLedgerConfigError naming the field."""
-        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
-            raise ManagedLedgerConfigError(
-                f"need ensemble >= write quorum >= ack quorum >= 1, got "
-                f"{self.ensemble_size}/{self.write_quorum_size}/{self.ack_quorum_size}")
+        try:
+            validate_quorum(self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
+        except InvalidQuorumError as exc:
+            raise ManagedLedgerConfigError(str(exc)) from exc
         for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger"):
             if getattr(self, name) < 1:
                 raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage.bookie.entrylog import RECORD_OVERHEAD, EntryLocation
-from storage.bookie.index import LedgerIndex, LedgerState
+from storage.bookie.index import LedgerIndex, LedgerDescriptor
 
 
 @pytest.fixture
@@ -22,22 +22,22 @@ def placed(ledger_id: int, entries, log_id: int = 1, length: int = 100):
 @pytest.mark.parametrize(
     "state",
     [
-        LedgerState(),
-        LedgerState(b"key", fenced=True, lac=41, last_entry_id=42),
-        LedgerState(b"", fenced=False, lac=-1, last_entry_id=0),
-        LedgerState(bytes(range(256)), fenced=True),
+        LedgerDescriptor(),
+        LedgerDescriptor(b"key", fenced=True, lac=41, last_entry_id=42),
+        LedgerDescriptor(b"", fenced=False, lac=-1, last_entry_id=0),
+        LedgerDescriptor(bytes(range(256)), fenced=True),
     ],
 )
 def test_state_codec_round_trip(state):
-    assert LedgerState.decode(state.encode()) == state
+    assert LedgerDescriptor.decode(state.encode()) == state
 
 
 def test_locations_and_states_round_trip(index):
-    index.commit_flush(placed(1, range(5)), {1: LedgerState(b"k", lac=3, last_entry_id=4)})
+    index.commit_flush(placed(1, range(5)), {1: LedgerDescriptor(b"k", lac=3, last_entry_id=4)})
     assert index.get(1, 3) == EntryLocation(1, 1600, 100)
     assert index.get(1, 5) is None
     assert index.get(2, 0) is None
-    assert index.load_states() == {1: LedgerState(b"k", lac=3, last_entry_id=4)}
+    assert index.load_states() == {1: LedgerDescriptor(b"k", lac=3, last_entry_id=4)}
     assert index.entry_count() == 5
 
 
@@ -52,7 +52,7 @@ def test_consecutive_stops_at_gap_last_and_ledger_boundary(index):
 
 def test_survives_reopen(tmp_path):
     idx = LedgerIndex(tmp_path / "index", map_size_bytes=64 * 1024 * 1024)
-    idx.commit_flush(placed(7, range(3)), {7: LedgerState(b"k", fenced=True)})
+    idx.commit_flush(placed(7, range(3)), {7: LedgerDescriptor(b"k", fenced=True)})
     idx.close()
     idx = LedgerIndex(tmp_path / "index", map_size_bytes=64 * 1024 * 1024)
     assert idx.get(7, 2) == EntryLocation(1, 1400, 100)
@@ -76,7 +76,7 @@ def test_rewritten_entry_moves_its_bytes_to_the_new_log(index):
 
 
 def test_delete_ledger_drops_entries_state_and_usage(index):
-    index.commit_flush(placed(1, range(10)) + placed(2, range(3)), {1: LedgerState(b"a"), 2: LedgerState(b"b")})
+    index.commit_flush(placed(1, range(10)) + placed(2, range(3)), {1: LedgerDescriptor(b"a"), 2: LedgerDescriptor(b"b")})
     assert index.delete_ledger(1) == 10
     assert index.get(1, 0) is None and index.consecutive(1, 0, 10) == []
     assert index.get(2, 2) is not None

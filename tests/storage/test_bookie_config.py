@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.bookie.config import load_config, parse_network_location
+from storage.bookie.config import load_config
+from storage.network_location import parse_network_location
 
 
 def test_precedence_defaults_toml_env_flags(tmp_path):
