@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     broker = None
     if args.service_url is None:
-        from tests.harness.processes import BrokerProcess
+        from storage.testing.processes import BrokerProcess
 
         broker = BrokerProcess(Path(tempfile.mkdtemp(prefix="magnetar-locust-")) / "data")
         broker.start(timeout_s=90)

@@ -249,9 +249,8 @@ def test_retired_module_cycles_stay_gone():
 
 
 def test_shipped_code_never_imports_tests():
-    bad = [i for i in IMPORTS if i.target == "tests" or i.target.startswith("tests.")]
-    assert not bad, "shipped code imports tests/ (move what it needs to storage.testing):\n" + "\n".join(
-        f"  {i.source}: {i.where()}" for i in bad)
+    bad = {f"  {i.source}: {i.where()}" for i in IMPORTS if i.target == "tests" or i.target.startswith("tests.")}
+    assert not bad, "shipped code imports tests/ (move what it needs to storage.testing):\n" + "\n".join(sorted(bad))
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -263,7 +262,7 @@ def _under(module: str, prefix: str) -> bool:
 ALLOWED: dict[str, list[str]] = {
     # The client depends on nothing of the server; it owns the wire codec the broker imports.
     "magnetar": [],
-    # storage never imports broker (nor the client, nor anything above it).
+    # storage never imports broker (nor the magnetar client, connectors or loadtest: nothing above it).
     "storage": [],
     # broker depends on storage and on the client's codec.
     "broker": ["storage", "magnetar"],
@@ -291,6 +290,13 @@ def direction_violations() -> list[Import]:
         if not allowed or forbidden:
             bad.append(i)
     return bad
+
+
+def test_only_loadtest_imports_the_testing_package():
+    """storage.testing is for tests and benchmarks; no server or client code may come to depend on it."""
+    bad = [i for i in PROJECT_IMPORTS if _under(i.target, "storage.testing")
+           and not (_under(i.source, "storage.testing") or _under(i.source, "loadtest"))]
+    assert not bad, "shipped code imports storage.testing:\n" + "\n".join(f"  {i.source}: {i.where()}" for i in bad)
 
 
 def test_dependency_direction_of_design():

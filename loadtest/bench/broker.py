@@ -28,8 +28,8 @@ class _Deployment:
     """`broker standalone`, or (cluster=True) ZooKeeper + 3 bookie processes in 3 zones + `broker start`."""
 
     def __init__(self, root: Path, cluster: bool):
-        from tests.harness.processes import BookieCluster, BrokerProcess
-        from tests.harness.zookeeper import ZooKeeperServer
+        from storage.testing.processes import BookieCluster, BrokerProcess
+        from storage.testing.zookeeper import ZooKeeperServer
 
         self.zk = self.bookies = None
         if cluster:

@@ -208,8 +208,8 @@ async def _measure(metadata_url: str, holes: int) -> dict:
 
 
 def run(quick: bool = False) -> dict:
-    from tests.harness.processes import BookieCluster
-    from tests.harness.zookeeper import ZooKeeperServer
+    from storage.testing.processes import BookieCluster
+    from storage.testing.zookeeper import ZooKeeperServer
 
     holes = 100_000 if quick else 1_000_000
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-cursor-"))

@@ -2,7 +2,8 @@
 
 A real ZooKeeper, 3 bookie processes in 3 zones and 3 `broker start` processes. The headline row runs the
 brokers with their defaults (a 30 s metadata session timeout); a second cluster runs them with a short session
-timeout (MAGNETAR_BENCH_FAILOVER_SESSION_S, 3 s), what a user who tunes it gets. Each trial produces to a fresh
+timeout (MAGNETAR_BENCH_FAILOVER_SESSION_S, 3 s), what a user who tunes it gets. The session timeout each row
+reports is the one ZooKeeper granted the brokers' sessions. Each trial produces to a fresh
 topic through the official client, entering through a broker that does not own it, with one send in flight at
 a time:
 
@@ -18,6 +19,7 @@ restart, apache/pulsar#9297).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -27,9 +29,12 @@ import urllib.request
 from pathlib import Path
 
 from loadtest.bench.report import percentile, print_table
+from storage.testing.waiting import wait_until
 
 # The tuned row's metadata session timeout; the headline row keeps the broker's default.
 TUNED_SESSION_TIMEOUT_S = float(os.environ.get("MAGNETAR_BENCH_FAILOVER_SESSION_S", "3"))
+# Where brokers register (DESIGN.md's metadata layout); the nodes' owners are the brokers' sessions.
+BROKERS_ROOT = "/loadbalance/brokers"
 
 
 def _lookup(broker, topic: str) -> str:
@@ -61,22 +66,37 @@ class _Producer:
                 continue
 
     def wait_for(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.acks) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(self.acks)} of {count} publishes acknowledged")
-            time.sleep(0.005)  # polling a counter with a deadline
+        wait_until(lambda: len(self.acks) >= count, timeout_s, f"{count} acknowledged publishes", interval_s=0.005)
 
     def close(self) -> None:
         self.stop.set()
         self.thread.join(60)
 
 
-def _trials(zk, root: Path, trials: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
-    """(kill -9 -> first ack, graceful unload -> longest publish gap) of ``trials`` trials each, in seconds."""
+def _granted_session_s(zk, metadata_url: str) -> float:
+    """The metadata session timeout the brokers run with, as ZooKeeper granted it to their sessions."""
+    from storage.metadata import open_store
+
+    async def broker_sessions() -> set[int]:
+        store = await open_store(metadata_url)
+        try:
+            return {(await store.exists(f"{BROKERS_ROOT}/{b}")).ephemeral_owner for b in await store.children(BROKERS_ROOT)}
+        finally:
+            await store.close()
+
+    granted = zk.granted_session_timeouts_ms()
+    timeouts = {granted.get(s) for s in asyncio.run(broker_sessions())}
+    if len(timeouts) != 1 or None in timeouts:
+        raise RuntimeError(f"brokers' sessions not found or not alike in ZooKeeper's `cons`: {timeouts}")
+    return timeouts.pop() / 1000
+
+
+def _trials(zk, root: Path, trials: int, env: dict[str, str]) -> tuple[float, list[float], list[float]]:
+    """(granted session timeout, kill -9 -> first ack, graceful unload -> longest publish gap) of ``trials``
+    trials each, in seconds."""
     import pulsar
 
-    from tests.harness.processes import BookieCluster, BrokerProcess
+    from storage.testing.processes import BookieCluster, BrokerProcess
 
     kill_s: list[float] = []
     unload_gap_s: list[float] = []
@@ -87,6 +107,7 @@ def _trials(zk, root: Path, trials: int, env: dict[str, str]) -> tuple[list[floa
         for b in brokers:
             b.wait_healthy(60)
         try:
+            session_s = _granted_session_s(zk, bookies.metadata_url)
             for trial in range(trials):
                 for kind in ("kill", "unload"):
                     topic = f"persistent://public/default/failover-{kind}-{trial}-{time.time_ns()}"
@@ -127,7 +148,7 @@ def _trials(zk, root: Path, trials: int, env: dict[str, str]) -> tuple[list[floa
         finally:
             for b in brokers:
                 b.stop()
-    return kill_s, unload_gap_s
+    return session_s, kill_s, unload_gap_s
 
 
 def _figures(session_timeout_s: float, kill_s: list[float], unload_gap_s: list[float]) -> dict:
@@ -140,16 +161,15 @@ def _figures(session_timeout_s: float, kill_s: list[float], unload_gap_s: list[f
 
 
 def run(quick: bool = False) -> dict:
-    from broker.config import BrokerConfig
-    from tests.harness.zookeeper import ZooKeeperServer
+    from storage.testing.zookeeper import ZooKeeperServer
 
     trials = 2 if quick else 10
-    default_session_s = BrokerConfig(metadata_store_url="zk://unused").metadata_session_timeout_s
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-failover-"))
     with ZooKeeperServer(root / "zk") as zk:
-        defaults = _figures(default_session_s, *_trials(zk, root / "defaults", trials, {}))
-        tuned = _figures(TUNED_SESSION_TIMEOUT_S, *_trials(
+        defaults = _figures(*_trials(zk, root / "defaults", trials, {}))
+        tuned = _figures(*_trials(
             zk, root / "tuned", trials, {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": str(TUNED_SESSION_TIMEOUT_S)}))
+    default_session_s = defaults["session_timeout_s"]
     results = {"trials": trials, **defaults, "tuned_session": tuned,
                "reference": "Apache Pulsar default zooKeeperSessionTimeoutMillis = 30,000 ms"}
     rows = []

@@ -69,8 +69,8 @@ async def open_loop(client: LedgerClient, rate_per_s: float, duration_s: float, 
 
 
 def run(quick: bool = False) -> dict:
-    from tests.harness.processes import BookieCluster
-    from tests.harness.zookeeper import ZooKeeperServer
+    from storage.testing.processes import BookieCluster
+    from storage.testing.zookeeper import ZooKeeperServer
 
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-ledger-"))
     disk_1k = fsync_bandwidth(root, 1024, 1.0 if quick else 3.0)

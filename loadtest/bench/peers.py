@@ -119,7 +119,8 @@ async def _nats(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dic
 
 
 def _nats_server(root: Path):
-    from tests.harness.processes import free_port, wait_until
+    from storage.testing.processes import free_port
+    from storage.testing.waiting import wait_until
 
     binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
     port = free_port()

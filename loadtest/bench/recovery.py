@@ -86,8 +86,8 @@ def _metric(http_port: int, name: str) -> float:
 
 
 def run(quick: bool = False) -> dict:
-    from tests.harness.processes import BookieCluster
-    from tests.harness.zookeeper import ZooKeeperServer
+    from storage.testing.processes import BookieCluster
+    from storage.testing.zookeeper import ZooKeeperServer
 
     total_mb = int(os.environ.get("MAGNETAR_BENCH_RECOVERY_MB", "64" if quick else "1024"))
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-recovery-"))

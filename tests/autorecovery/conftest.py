@@ -8,8 +8,8 @@ import pytest
 
 from storage.bookie.config import BookieConfig
 from storage.bookie.process import BookieService
+from storage.testing.processes import free_port
 from tests.client.conftest import Cluster
-from tests.harness.processes import free_port
 
 
 class ManualClock:

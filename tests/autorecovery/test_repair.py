@@ -14,6 +14,7 @@ from storage.autorecovery.worker import LedgerRepair, Outcome, ReplicationWorker
 from storage.client import ClientConfig, FaultPlan
 from storage.errors import NoSuchEntryError, ReplicationError
 from storage.ledger_metadata import LedgerState
+from storage.testing.waiting import wait_until_async
 
 CONFIG = AutoRecoveryConfig(lost_bookie_recovery_delay_s=5.0, open_ledger_rereplication_grace_period_s=10.0,
                             replication_poll_interval_s=0.05)
@@ -200,22 +201,16 @@ async def test_auditor_election_hands_over_when_the_auditor_goes(rcluster):
     cfg = AutoRecoveryConfig(lost_bookie_recovery_delay_s=0.2)
     a1, a2 = Auditor(c1, cfg, "one"), Auditor(c2, cfg, "two")
     t1 = asyncio.ensure_future(a1.run_forever())
-    await wait(lambda: a1.is_auditor)
+    await wait_until_async(lambda: a1.is_auditor, 10, "a1 to become the auditor")
     t2 = asyncio.ensure_future(a2.run_forever())
     await asyncio.sleep(0)
     assert not a2.is_auditor
     t1.cancel()
     await asyncio.gather(t1, return_exceptions=True)
     await a1.resign()
-    await wait(lambda: a2.is_auditor)
+    await wait_until_async(lambda: a2.is_auditor, 10, "a2 to become the auditor")
     t2.cancel()
     await asyncio.gather(t2, return_exceptions=True)
-
-
-async def wait(cond, timeout_s: float = 10.0) -> None:
-    from tests.client.conftest import wait_until
-
-    await wait_until(cond, timeout_s, "condition")
 
 
 async def test_idle_writer_replaces_a_bookie_that_leaves_without_waiting_for_an_add(rcluster):
@@ -224,7 +219,7 @@ async def test_idle_writer_replaces_a_bookie_that_leaves_without_waiting_for_an_
     writer = await write_ledger(client, 10, close=False)
     victim = writer.ensemble[0]
     await rcluster.stop_bookie(victim)
-    await wait(lambda: victim not in writer.ensemble)
+    await wait_until_async(lambda: victim not in writer.ensemble, 10, "the writer to replace the bookie that left")
     md, _ = await client.get_metadata(writer.ledger_id)
     assert md.state is LedgerState.OPEN and victim not in md.current_ensemble
     assert md.ensembles[-1][0] == 10, "the new fragment starts after the last acknowledged entry"

@@ -7,14 +7,13 @@ the tests see exactly the frames and status codes the bookie sends.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from pathlib import Path
 
 from storage import digest, protocol as p
 from storage.bookie.config import BookieConfig, load_config
 from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key
 from storage.metadata import MetadataStore, paths
-from tests.harness.processes import free_port
+from storage.testing.processes import free_port
 
 KEY = master_key(b"")
 
@@ -83,20 +82,6 @@ class Conn:
             await self.writer.wait_closed()
         except ConnectionError:
             pass
-
-
-async def until(condition, what: str, timeout_s: float = 10.0):
-    """Poll ``condition()`` (plain or async) until truthy; fail the test with ``what`` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = condition()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        assert loop.time() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        await asyncio.sleep(0.01)  # poll interval; the deadline above is the synchronisation
 
 
 def dir_bytes(path: Path) -> int:

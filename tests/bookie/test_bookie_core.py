@@ -33,6 +33,7 @@ from storage.errors import (
     UnauthorizedError,
 )
 from storage.protocol import LAST_ENTRY
+from storage.testing.waiting import wait_until_async
 
 DEADLINE_S = 10.0
 KEY = b"master-key"
@@ -55,14 +56,6 @@ async def add_all(bookie: Bookie, ledger_id: int, entries, key: bytes = KEY, siz
         asyncio.gather(*(bookie.add_entry(ledger_id, e, entry(ledger_id, e, size), key, False) for e in entries)),
         DEADLINE_S,
     )
-
-
-async def eventually(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -420,7 +413,7 @@ async def test_checkpoint_moves_mark_and_removes_old_journal_files(tmp_path):
 async def test_periodic_checkpoint(tmp_path):
     b = await Bookie.open(make_config(tmp_path, flush_interval_ms=10))
     await add_all(b, 1, range(10))
-    await eventually(lambda: b._storage.index.entry_count() == 10, "a periodic checkpoint")
+    await wait_until_async(lambda: b._storage.index.entry_count() == 10, DEADLINE_S, "a periodic checkpoint")
     await b.close()
 
 

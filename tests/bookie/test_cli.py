@@ -13,7 +13,8 @@ import pytest
 
 from storage.bookie.cli import EXIT_REFUSED, build_parser
 from storage.metadata import open_store, paths
-from tests.harness.processes import VENV_BIN, BookieProcess, http_status, wait_until
+from storage.testing.processes import VENV_BIN, BookieProcess, http_status
+from storage.testing.waiting import wait_until
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from storage import protocol as p
 from storage.bookie.http import start_http
 from storage.bookie.process import BookieService
 from storage.metadata import open_store, paths
-from tests.bookie.support import Conn, add, config_for, make_ledger, until
-from tests.harness.processes import free_port
+from storage.testing.processes import free_port
+from storage.testing.waiting import wait_until_async
+from tests.bookie.support import Conn, add, config_for, make_ledger
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ async def test_health_info_and_metrics(tmp_path, store, http):
     async def connections() -> float:
         return sample((await get_text(http, f"{base}/metrics"))[1], "bookie_server_connections")
 
-    await until(lambda: _equals(connections(), 0), "the closed connection to leave the gauge")
+    await wait_until_async(lambda: _equals(connections(), 0), 10, "the closed connection to leave the gauge")
     await service.stop()
     with pytest.raises(aiohttp.ClientConnectionError):
         await get_text(http, f"{base}/health")

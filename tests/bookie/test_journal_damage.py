@@ -27,8 +27,9 @@ from storage.bookie.process import BookieService
 from storage.errors import BookieInternalError, BookieReadOnlyError, BookieStartupError, NoSuchEntryError
 from storage.ledger_metadata import LedgerMetadata
 from storage.metadata import open_store, paths
+from storage.testing.processes import BookieProcess, http_status
+from storage.testing.waiting import wait_until
 from tests.bookie.support import KEY, Conn, add, config_for
-from tests.harness.processes import BookieProcess, http_status, wait_until
 
 NEVER_MS = 3_600_000  # no periodic checkpoint: the adds stay after the journal mark
 ENTRIES = 6

@@ -17,7 +17,8 @@ from storage.bookie.disk_monitor import WRITABLE, DiskMonitor, Mode, decide_mode
 from storage.bookie.process import BookieService
 from storage.errors import BookieReadOnlyError
 from storage.metadata import open_store, paths
-from tests.bookie.support import Conn, add, config_for, make_ledger, until
+from storage.testing.waiting import wait_until_async
+from tests.bookie.support import Conn, add, config_for, make_ledger
 
 TINY = {"disk_usage_threshold": 0.0001, "disk_usage_lwm_threshold": 0.00005}
 
@@ -144,9 +145,9 @@ async def test_running_monitor_moves_the_registration(tmp_path, store):
     assert await store.exists(paths.available_path(config.bookie_id)) is not None
     assert await store.exists(paths.readonly_path(config.bookie_id)) is None
     service.disk_monitor.force(None)  # no check here: the running loop must notice on its own
-    await until(lambda: store.exists(paths.readonly_path(config.bookie_id)), "the monitor loop to go read-only")
+    await wait_until_async(lambda: store.exists(paths.readonly_path(config.bookie_id)), 10, "the monitor loop to go read-only")
     assert service.read_only
-    await until(lambda: _absent(store, paths.available_path(config.bookie_id)), "the writable node to go")
+    await wait_until_async(lambda: _absent(store, paths.available_path(config.bookie_id)), 10, "the writable node to go")
     await service.stop()
 
 

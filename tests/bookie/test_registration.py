@@ -11,7 +11,8 @@ import pytest
 
 from storage.bookie.process import BookieService
 from storage.metadata import open_store, paths
-from tests.bookie.support import config_for, until
+from storage.testing.waiting import wait_until_async
+from tests.bookie.support import config_for
 
 
 @pytest.fixture
@@ -57,12 +58,12 @@ async def test_reregisters_after_session_loss_keeping_its_mode(tmp_path, store):
     service = await BookieService.start(config, store=store)
     old_session = store.session_id
     await store.expire_session()  # ephemerals gone, LOST then CONNECTED on a new session
-    stat = await until(lambda: store.exists(paths.available_path(config.bookie_id)), "re-registration")
+    stat = await wait_until_async(lambda: store.exists(paths.available_path(config.bookie_id)), 10, "re-registration")
     assert stat.ephemeral_owner == store.session_id != old_session
 
     await service.force_read_only(True)
     await store.expire_session()
-    data, _ = await until(lambda: _get(store, paths.readonly_path(config.bookie_id)), "read-only re-registration")
+    data, _ = await wait_until_async(lambda: _get(store, paths.readonly_path(config.bookie_id)), 10, "read-only re-registration")
     assert json.loads(data)["state"] == "readonly"
     assert await store.exists(paths.available_path(config.bookie_id)) is None
     await service.stop()

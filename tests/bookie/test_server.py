@@ -27,7 +27,8 @@ from storage.errors import (
 )
 from storage.ledger_metadata import LedgerState
 from storage.metadata import open_store, paths
-from tests.bookie.support import KEY, Conn, add, close_ledger, config_for, make_ledger, until
+from storage.testing.waiting import wait_until_async
+from tests.bookie.support import KEY, Conn, add, close_ledger, config_for, make_ledger
 
 MAX_FRAME = 64 * 1024
 
@@ -140,14 +141,14 @@ async def test_closure_and_deletion_in_metadata_reach_the_bookie(served):
     assert (await conn.request(add(1, 4, 0))).status == p.OK
     assert server.gate.watched == 1
     await close_ledger(store, 4, last_entry_id=0)
-    await until(lambda: server.gate.state(4) is LedgerState.CLOSED, "the watch to deliver the closure")
+    await wait_until_async(lambda: server.gate.state(4) is LedgerState.CLOSED, 10, "the watch to deliver the closure")
     assert server.gate.watched == 0  # CLOSED is terminal: no watch kept
     assert (await conn.request(add(2, 4, 1))).status == LedgerClosedError.code
 
     await make_ledger(store, 5)
     assert (await conn.request(add(3, 5, 0))).status == p.OK
     await store.delete(paths.ledger_path(5))
-    await until(lambda: server.gate.state(5) is None, "the watch to deliver the deletion")
+    await wait_until_async(lambda: server.gate.state(5) is None, 10, "the watch to deliver the deletion")
     assert (await conn.request(add(4, 5, 1))).status == NoSuchLedgerError.code
     await conn.close()
 

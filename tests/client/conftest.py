@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -14,29 +13,20 @@ from storage.bookie.process import BookieService
 from storage.client import ClientConfig, FaultPlan, LedgerClient
 from storage.errors import NoSuchEntryError
 from storage.metadata import open_store
-from tests.harness.processes import free_port
-
-
-async def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.01):
-    """Poll ``cond()`` until it is truthy; TimeoutError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := cond()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
-    return value
+from storage.testing.processes import free_port
+from storage.testing.waiting import wait_until_async
 
 
 async def wait_for_copy(client: LedgerClient, bookie_id: str, ledger_id: int, entry_id: int, timeout_s: float = 5.0):
-    """Until ``bookie_id`` serves the entry (its add may still be in its journal)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Until ``bookie_id`` serves the entry (its add may still be in its journal); returns the ReadResponse."""
+
+    async def served():
         try:
             return await client.context.pool.read(bookie_id, ledger_id, entry_id)
         except NoSuchEntryError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.01)
+            return None
+
+    return await wait_until_async(served, timeout_s, f"bookie {bookie_id} to serve entry {entry_id} of ledger {ledger_id}")
 
 
 class HoldingStore:

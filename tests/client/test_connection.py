@@ -16,6 +16,7 @@ from storage.errors import (
     MalformedRequestError,
     NoSuchEntryError,
 )
+from storage.testing.waiting import wait_until_async
 
 
 class ScriptedServer:
@@ -141,7 +142,7 @@ async def test_connection_loss_fails_pending_and_pool_reconnects(server_factory)
     server = await server_factory(lambda req: None)
     pool = pool_for(server)
     pending = [pool.read("b", 1, e) for e in range(3)]
-    await asyncio.wait_for(_until(lambda: len(server.requests) == 3), 5)
+    await wait_until_async(lambda: len(server.requests) == 3, 5, "the server to get three requests")
     server.drop_connections()
     for fut in pending:
         with pytest.raises(BookieUnavailableError, match="lost"):
@@ -214,7 +215,7 @@ async def test_burst_of_requests_is_written_in_few_writes(server_factory):
     pool = pool_for(server)
     conn = pool.connection("b")
     writes = []
-    await asyncio.wait_for(_until(lambda: conn._transport is not None), 5)
+    await wait_until_async(lambda: conn._transport is not None, 5, "the connection to be made")
     real_write = conn._transport.write
     conn._transport.write = lambda data: (writes.append(len(data)), real_write(data))
     results = await asyncio.gather(*(pool.add("b", 1, e, b"k", b"x" * 10) for e in range(200)))
@@ -223,12 +224,7 @@ async def test_burst_of_requests_is_written_in_few_writes(server_factory):
     await pool.close()
 
 
-async def _until(cond):
-    while not cond():
-        await asyncio.sleep(0.005)
-
-
 def _closed_port():
-    from tests.harness.processes import free_port
+    from storage.testing.processes import free_port
 
     return free_port()  # nothing listens there

@@ -14,7 +14,8 @@ from storage.errors import (
     NotEnoughBookiesError,
 )
 from storage.ledger_metadata import LedgerState
-from tests.client.conftest import HoldingStore, wait_for_copy, wait_until
+from storage.testing.waiting import wait_until_async
+from tests.client.conftest import HoldingStore, wait_for_copy
 
 
 async def add_all(writer, payloads):
@@ -89,7 +90,7 @@ async def test_second_failure_while_the_first_is_handled(cluster):
     await gate.reached  # change #1 is writing its fragment
     plan.fail_all(second_victim, BookieReadOnlyError("scripted: second victim read-only"), ops={"add"})
     batch2 = [writer.add_entry_async(b"c%d" % i) for i in range(5)]
-    await wait_until(lambda: len(writer._to_replace) == 2, 5, "the second failure to be noticed")
+    await wait_until_async(lambda: len(writer._to_replace) == 2, 5, "the second failure to be noticed")
     assert not any(f.done() for f in batch1 + batch2), "nothing completes during an ensemble change"
     gate.release()
 

@@ -6,7 +6,7 @@ import pytest
 
 from storage.client import ClientConfig, FaultPlan
 from storage.errors import BookieUnavailableError, NoSuchEntryError, ReadEntryError
-from tests.client.conftest import wait_until
+from storage.testing.waiting import wait_until_async
 
 
 async def closed_ledger(client, n, e=3, qw=2, qa=2):
@@ -107,7 +107,7 @@ async def test_tailing_an_open_ledger(cluster):
         await tail.wait_for_lac(100, timeout_s=0.2)
 
     await writer.close()
-    await wait_until(lambda: tail.is_closed, 5, "the tailing handle to see the close")
+    await wait_until_async(lambda: tail.is_closed, 5, "the tailing handle to see the close")
     assert tail.last_add_confirmed == 9
     assert await tail.wait_for_lac(100, timeout_s=1) == 9, "a closed ledger never grows"
     assert (await tail.read_entry(9)).payload == b"t9"
@@ -126,7 +126,7 @@ async def test_tailing_follows_an_ensemble_change(cluster):
     plan.fail_all(victim, BookieUnavailableError("scripted"), ops={"add"})
     for i in range(6, 20):
         await writer.add_entry(b"f%d" % i)
-    await wait_until(lambda: len(tail.metadata.ensembles) == 2, 5, "the tail to see the new fragment")
+    await wait_until_async(lambda: len(tail.metadata.ensembles) == 2, 5, "the tail to see the new fragment")
     assert await tail.wait_for_lac(18, timeout_s=10) >= 18
     assert [e.payload for e in await tail.read_entries(0, 18)] == [b"f%d" % i for i in range(19)]
     await writer.close()

@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.harness.processes import BookieCluster, BrokerProcess
-from tests.harness.zookeeper import ZooKeeperServer
+from storage.testing.processes import BookieCluster, BrokerProcess
+from storage.testing.zookeeper import ZooKeeperServer
 
 
 def _status(zk, bookies, brokers) -> None:

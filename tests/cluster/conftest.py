@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.processes import BrokerProcess
+from storage.testing.processes import BrokerProcess
 
 SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
 

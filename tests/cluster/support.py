@@ -11,7 +11,7 @@ import pulsar
 
 from broker.ownership.bundles import NamespaceBundles, bundle_name
 from broker.topics.names import parse_topic
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 
 
 def lookup(broker, topic: str, authoritative: bool = False) -> str:

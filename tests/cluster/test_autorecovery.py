@@ -21,7 +21,8 @@ from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 from storage.ledger_metadata import LedgerMetadata
 from storage.metadata import open_store
-from tests.harness.processes import VENV_BIN, ServiceProcess, free_port, wait_until
+from storage.testing.processes import VENV_BIN, ServiceProcess, free_port
+from storage.testing.waiting import wait_until, wait_until_async
 from tests.cluster.support import Production
 from tests.official_client.support import distinct_in_order, receive_n
 
@@ -111,16 +112,6 @@ def consume_all(broker, sent: dict[str, list[bytes]]) -> None:
             consumer.close()
     finally:
         client.close()
-
-
-async def wait_until_async(condition, timeout_s: float):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not (value := await condition()):
-        if loop.time() > deadline:
-            raise TimeoutError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.01)
-    return value
 
 
 def fully_repaired(url: str, dead: set[str]) -> bool:
@@ -314,7 +305,7 @@ def test_auditor_killed_mid_repair_and_repair_still_completes(start_bookies, tmp
         store = await open_store(url)
         marks = UnderReplication(store)
         try:
-            await wait_until_async(marks.list, 30)
+            await wait_until_async(marks.list, 30, "the auditor to mark under-replicated ledgers")
             auditor.kill9()
             return await marks.list()
         finally:

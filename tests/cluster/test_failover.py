@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pulsar
@@ -12,16 +11,9 @@ from kazoo.client import KazooClient
 from broker.config import BrokerConfig
 from broker.ownership.bundles import NamespaceBundles
 from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, may_be_alive
+from storage.testing.waiting import wait_until
 from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of, topics_in
-from tests.harness.processes import wait_until
-from tests.harness.zookeeper import four_letter
 from tests.official_client.support import distinct_in_order
-
-
-def _granted_session_timeouts_ms(zookeeper_server) -> dict[int, int]:
-    """Session id -> the timeout ZooKeeper granted it (it clamps requests to its min/max), from ``cons``."""
-    answer = four_letter(zookeeper_server.port, "cons") or ""
-    return {int(sid, 16): int(to) for sid, to in re.findall(r"sid=0x([0-9a-f]+).*?,to=(\d+)", answer)}
 
 
 def _broker_sessions(metadata_url: str) -> dict[str, int]:
@@ -41,7 +33,7 @@ def test_kill_9_of_the_owner_with_default_config_fails_over_long_before_the_sess
     session_timeout_s = BrokerConfig(metadata_store_url="zk://unused").metadata_session_timeout_s
     assert session_timeout_s == 30.0
     # What ZooKeeper granted each broker's session is the default, not a value clamped to its tick bounds.
-    granted = _granted_session_timeouts_ms(zookeeper_server)
+    granted = zookeeper_server.granted_session_timeouts_ms()
     sessions = _broker_sessions(brokers[0].metadata_url)
     assert len(sessions) == 3 and {granted.get(s) for s in sessions.values()} == {30_000}
 

@@ -10,8 +10,8 @@ import pulsar
 
 from broker.ownership.bundles import NamespaceBundles, bundle_name
 from broker.topics.names import parse_topic
+from storage.testing.waiting import wait_until
 from tests.cluster.support import Production, client, lookup, topics_in
-from tests.harness.processes import wait_until
 from tests.official_client.support import admin_call, distinct_in_order
 
 BASE = "/admin/v2/namespaces/public/default"

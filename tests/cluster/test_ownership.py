@@ -11,8 +11,8 @@ import pytest
 
 import magnetar
 
+from storage.testing.waiting import wait_until
 from tests.cluster.support import Production, client as _client, lookup as _lookup, owner_of
-from tests.harness.processes import wait_until
 from tests.official_client.support import distinct_in_order, receive_n
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.harness.processes import VENV_BIN
+from storage.testing.processes import VENV_BIN
 
 
 def shell(url: str, *args: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,8 @@ import signal
 import subprocess
 import time
 
-from tests.harness.processes import VENV_BIN, free_port_block, wait_until
+from storage.testing.processes import VENV_BIN, free_port_block
+from storage.testing.waiting import wait_until
 
 
 def run_standalone(data_dir, port, http_port) -> tuple[subprocess.Popen, list[str]]:

@@ -18,6 +18,7 @@ from storage.client.config import ClientConfig
 from storage.errors import BookieUnavailableError, LedgerFencedError, PlacementPolicyError, StorageError
 from storage.ledger_metadata import LedgerState
 from storage.metadata import open_store
+from storage.testing.waiting import wait_until_async
 
 FAST = ClientConfig(add_entry_timeout_s=5.0, read_timeout_s=5.0, connect_timeout_s=2.0)
 
@@ -154,7 +155,7 @@ async def test_bit_rot_in_one_entry_log_is_reported_and_read_from_another_replic
                 return False
         return not await UnderReplication(reader_client.context.store).list()
 
-    await until(every_replica_good, 30, "the scrubbed copy to be re-replicated")
+    await wait_until_async(every_replica_good, 30, "the scrubbed copy to be re-replicated", interval_s=0.05)
     assert victim.stop() == 0
     victim.start()
     await reader_client.registry.wait_for(lambda r: r.is_registered(victim.bookie_id), 15)
@@ -166,18 +167,10 @@ async def test_bit_rot_in_one_entry_log_is_reported_and_read_from_another_replic
             return False
         return [digest.verify(b, handle.ledger_id, i).payload for i, b in enumerate(bodies)] == [payload(i) for i in range(3)]
 
-    await until(victim_serves_good_copies, 15, "the restarted victim to serve good copies from its entry logs")
+    await wait_until_async(victim_serves_good_copies, 15, "the restarted victim to serve good copies from its entry logs",
+                           interval_s=0.05)
     await reader_client.close()
     await client.close()
-
-
-async def until(condition, timeout_s: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await condition():
-        if loop.time() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_journal_replay_restores_acknowledged_entries_after_kill9(start_bookies):

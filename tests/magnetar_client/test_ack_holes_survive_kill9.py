@@ -24,7 +24,7 @@ import urllib.request
 from magnetar.asyncio.client import AsyncClient
 from magnetar.asyncio.consumer import ConsumerType, _bitset
 from magnetar.protocol import pulsar_api_pb2 as pb
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 
 HOLES = 100_000
 ONE_REPLICA = {f"MAGNETAR_BROKER_MANAGED_LEDGER_{k}": "1" for k in ("ENSEMBLE_SIZE", "WRITE_QUORUM", "ACK_QUORUM")}

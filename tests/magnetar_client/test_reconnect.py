@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import magnetar
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 from tests.official_client.support import distinct_in_order
 
 

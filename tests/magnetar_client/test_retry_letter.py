@@ -19,7 +19,7 @@ import pytest
 
 import magnetar
 from magnetar.asyncio import dead_letter as dl
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 from tests.official_client.support import admin_call, assert_nothing_more, receive_n
 
 # ---- pure rules ----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from storage.client import api
 from storage.client.memory import MemoryLedgerClient, MemoryLedgerStore
 from storage.metadata import open_store
-from tests.client.conftest import Cluster, cluster, wait_until  # noqa: F401  (fixture and helper re-used, not copied)
+from tests.client.conftest import Cluster, cluster  # noqa: F401  (fixture re-used, not copied)
 
 
 class MemoryLedgers:

@@ -7,7 +7,7 @@ import pytest
 from storage.errors import NoSuchLedgerError
 from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from storage.managed_ledger.factory import Hooks
-from tests.managed_ledger.conftest import wait_until
+from storage.testing.waiting import wait_until_async
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, cursor_max_entries_per_ledger=3)
 
@@ -103,14 +103,14 @@ async def test_a_ledger_is_trimmed_as_soon_as_the_cursors_have_consumed_all_of_i
     assert first[0].ledger_id in kept()
     now[0] += 61
     await ml.trim()  # the retention pass finds A over age and starts a rollover, which closes A
-    await wait_until(lambda: first[0].ledger_id not in kept(), 10, "the rollover to trim the consumed ledger A")
+    await wait_until_async(lambda: first[0].ledger_id not in kept(), 10, "the rollover to trim the consumed ledger A")
 
     second = [await ml.add_entry(b"b%d" % i) for i in range(5)]  # ledger B takes four, C the fifth
     await cursor.mark_delete(second[2])  # B still has one unconsumed entry
     await factory.settle()
     assert second[0].ledger_id in kept()
     await cursor.mark_delete(second[3])  # B's last entry: the mark-delete stays on B, which is now all consumed
-    await wait_until(lambda: second[0].ledger_id not in kept(), 10, "the ack that finished ledger B to trim it")
+    await wait_until_async(lambda: second[0].ledger_id not in kept(), 10, "the ack that finished ledger B to trim it")
     assert [e.data for e in await cursor.read_entries(5)] == [b"b4"]
 
 

@@ -10,8 +10,8 @@ import pytest
 from storage.errors import MetadataConnectionError
 from storage.metadata import EventType, SessionState, open_store
 from storage.metadata.zookeeper import ZooKeeperStore
-from tests.harness.processes import free_port
-from tests.harness.zookeeper import ZooKeeperServer
+from storage.testing.processes import free_port
+from storage.testing.zookeeper import ZooKeeperServer
 from tests.metadata.test_contract import next_event
 
 DEADLINE_S = 15.0

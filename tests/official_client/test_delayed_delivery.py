@@ -12,7 +12,7 @@ import urllib.request
 import pulsar
 import pytest
 
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 from tests.official_client.support import TIMEOUTS, assert_nothing_more, receive_n
 
 # How late a due message may arrive: the broker's timer plus a read, on a shared, busy 2-core machine.

@@ -8,7 +8,8 @@ import urllib.request
 
 import pulsar
 
-from tests.harness.processes import BrokerProcess, wait_until
+from storage.testing.processes import BrokerProcess
+from storage.testing.waiting import wait_until
 from tests.official_client.support import payloads, receive_n
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.harness.processes import BrokerProcess
+from storage.testing.processes import BrokerProcess
 from tests.official_client.support import admin_call
 
 

@@ -10,7 +10,7 @@ import uuid
 import pulsar
 import pytest
 
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 from tests.official_client.support import admin_call, receive_n
 
 

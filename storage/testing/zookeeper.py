@@ -18,6 +18,7 @@ survive it as they survive a real server restart.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,7 +26,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.harness.processes import free_port, wait_until
+from storage.testing.processes import free_port
+from storage.testing.waiting import wait_until
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 INSTALL_HINT = "ZooKeeper is not installed: run `apt-get install -y zookeeper` (or `make zookeeper`)"
@@ -76,6 +78,11 @@ class ZooKeeperServer:
         if chroot and not chroot.startswith("/"):
             chroot = "/" + chroot
         return f"zk://{self.hosts}{chroot}"
+
+    def granted_session_timeouts_ms(self) -> dict[int, int]:
+        """Session id -> the timeout the server granted it (it clamps requests to its min/max), from ``cons``."""
+        answer = four_letter(self.port, "cons") or ""
+        return {int(sid, 16): int(to) for sid, to in re.findall(r"sid=0x([0-9a-f]+).*?,to=(\d+)", answer)}
 
     def start(self, timeout_s: float = 60.0) -> "ZooKeeperServer":
         """Start (or restart) the server and wait until it answers. Raises RuntimeError with the log tail."""

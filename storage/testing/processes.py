@@ -14,11 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from storage.testing.waiting import wait_until
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -57,18 +58,6 @@ def free_port_block(count: int) -> int:
                 continue
         _handed_out.update(wanted)
         return base
-
-
-def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
-    """Poll ``condition()`` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def http_status(url: str) -> int | None:

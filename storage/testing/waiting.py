@@ -1,0 +1,46 @@
+"""Waiting for a condition with a deadline: how tests and benchmarks synchronise with what cannot tell them.
+
+    wait_until(bookie.is_healthy, 30, "the bookie to report healthy")
+    ledgers = await wait_until_async(lambda: store.get_children(path), 10, "ledgers to appear")
+
+``condition`` is called until it returns something truthy, which is returned. At the deadline
+``TimeoutError`` says what was awaited. The condition runs at least once, even with no time left. An
+exception from the condition propagates at once (a process that exited is not worth waiting for).
+The poll interval is not the synchronisation; the deadline is. A sleep that stands in for a condition
+is a bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from typing import Any, Awaitable, Callable
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
+    """Poll ``condition()`` until truthy (returned) or ``timeout_s`` passes (TimeoutError naming ``what``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+async def wait_until_async(condition: Callable[[], Any | Awaitable[Any]], timeout_s: float, what: str,
+                           interval_s: float = 0.01) -> Any:
+    """``wait_until`` on an event loop: ``condition`` may be plain or return an awaitable (a coroutine)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
+        await asyncio.sleep(interval_s)

@@ -1,1 +1,0 @@
-"""The one place tests (and the cluster launcher) start real processes: ZooKeeper, bookies, brokers."""
