@@ -1,7 +1,7 @@
 import pytest
 
-from storage.errors import LedgerMetadataError
-from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key
+from storage.errors import InvalidQuorumError, LedgerMetadataError
+from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key, validate_quorum
 from storage.metadata import paths
 
 
@@ -68,3 +68,18 @@ def test_master_key_depends_on_password():
 def test_hierarchical_ledger_paths(ledger_id, path):
     assert paths.ledger_path(ledger_id) == path
     assert paths.ledger_id_from_path(path) == ledger_id
+
+
+@pytest.mark.parametrize("sizes, ok", [
+    ((3, 2, 2), True), ((1, 1, 1), True), ((5, 5, 3), True),
+    ((2, 3, 2), False),  # Qw > E
+    ((3, 2, 3), False),  # Qa > Qw
+    ((3, 2, 0), False), ((0, 0, 0), False),
+    ((3.0, 2, 2), False),  # sizes are counts of bookies
+])
+def test_quorum_sizes_are_checked_in_one_place(sizes, ok):
+    if ok:
+        validate_quorum(*sizes)
+    else:
+        with pytest.raises(InvalidQuorumError, match="need ensemble >= write quorum >= ack quorum >= 1"):
+            validate_quorum(*sizes)
