@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 import magnetar
-from tests.harness.processes import wait_until
+from storage.testing.waiting import wait_until
 from tests.official_client.support import assert_nothing_more, payloads, receive_n
 
 TOO_BIG = 5 * 1024 * 1024 + 1  # one byte over the broker's default maximum message size
