@@ -14,6 +14,7 @@ import pytest
 from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, Ownership
 from broker.topics.names import parse_topic
 from storage.metadata import open_store
+from storage.testing.waiting import wait_until_async
 
 TOPIC = parse_topic("persistent://public/default/taken-over")
 
@@ -49,13 +50,6 @@ async def cluster(zk_url):
         await store.close()
 
 
-async def _until(condition, timeout_s: float = 10.0) -> None:
-    async def poll():
-        while not condition():
-            await asyncio.sleep(0.02)  # polling a condition under a deadline
-    await asyncio.wait_for(poll(), timeout_s)
-
-
 async def test_a_live_owner_keeps_its_bundle_and_a_dead_one_loses_it_at_once(cluster):
     a, b = await cluster.broker("a"), await cluster.broker("b")
     assert (await a.try_acquire(TOPIC)).broker_id == "a"
@@ -79,7 +73,8 @@ async def test_an_owner_judged_dead_stops_serving_at_once_and_does_not_take_the_
     cluster.dead.add("a")  # wrongly: a lives (say its ports refuse b alone)
     assert await b.free_if_owner_dead(path)
     await b.try_acquire(TOPIC)
-    await _until(lambda: cluster.lost["a"] == [path])  # a heard it lost the bundle while its session lived
+    # a heard it lost the bundle while its session lived
+    await wait_until_async(lambda: cluster.lost["a"] == [path], 10, "broker a to hear it lost the bundle", interval_s=0.02)
     assert not await a.owns(TOPIC)
     assert (await a.try_acquire(TOPIC)).broker_id == "b"  # it does not reload the topic
 

@@ -9,6 +9,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import encode_headers_and_payload
+from storage.testing.waiting import wait_until_async
 
 
 class Entry:
@@ -110,20 +111,10 @@ async def test_a_failure_while_dispatching_does_not_end_delivery():
     consumer.flow(100)
     dispatcher.add_consumer(consumer)
     try:
-        await _until(lambda: len(conn.sent) >= 5, lambda: f"all 5 entries; sent {conn.sent}")
+        await wait_until_async(lambda: len(conn.sent) >= 5, 5, lambda: f"all 5 entries; sent {conn.sent}")
     finally:
         await dispatcher.close()
     assert conn.sent == [(1, i) for i in range(5)]  # read again from the start after the failure, in order
-
-
-async def _until(condition, what, timeout_s: float = 5) -> None:
-    """Poll state that the loop under test changes on its own; ``what()`` names the wait when it times out."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not condition():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what()}") from None
 
 
 async def test_a_publish_as_the_active_consumer_leaves_loses_no_entry():
@@ -138,16 +129,17 @@ async def test_a_publish_as_the_active_consumer_leaves_loses_no_entry():
     a.flow(100)
     dispatcher.add_consumer(a)
     try:
-        await _until(lambda: len(first.sent) == 5, lambda: "A to get the backlog")
+        await wait_until_async(lambda: len(first.sent) == 5, 5, lambda: "A to get the backlog")
         await asyncio.sleep(0)  # the loop is now waiting at the tail
         waiting_loop = dispatcher._task
         dispatcher.remove_consumer(a)  # schedules the rewind: nothing A had was acknowledged
         cursor.publish()
-        await _until(lambda: dispatcher._task not in (None, waiting_loop), lambda: "the loop to restart after the rewind")
+        await wait_until_async(lambda: dispatcher._task not in (None, waiting_loop), 5,
+                               lambda: "the loop to restart after the rewind")
         b = Consumer(2, "b", second, track_pending_acks=False)
         b.flow(100)
         dispatcher.add_consumer(b)
-        await _until(lambda: len(second.sent) >= 6, lambda: f"B to get entries 0..5; it got {second.sent}")
+        await wait_until_async(lambda: len(second.sent) >= 6, 5, lambda: f"B to get entries 0..5; it got {second.sent}")
     finally:
         await dispatcher.close()
     assert second.sent == [(1, i) for i in range(6)]
