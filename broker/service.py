@@ -30,7 +30,7 @@ from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, Lo
 from broker.ownership.bundles import BundleRange
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
-from broker.resources import ConflictError, NamespacePolicies, Resources
+from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName

@@ -16,7 +16,7 @@ from aiohttp import web
 from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
 from broker.http.metrics import render_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
-from broker.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
+from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
 from broker.topics.names import parse_namespace, parse_topic
 from storage.managed_ledger import InitialPosition, Position
 

@@ -7,7 +7,8 @@ load-shedding unloads that the pure decisions of ``broker.loadbalance`` choose. 
 ``loadbalance``, because they act through ownership and ownership asks ``loadbalance`` which broker takes an
 unowned bundle: this way the dependency runs one way (``ownership`` -> ``loadbalance``).
 
-``broker/resources.py`` (tenants, namespace policies, partitioned-topic metadata and the stored bundle
-boundaries) stays at the top of ``broker``: it is the broker's metadata about admin objects, read by the admin
-REST, topic loading and lookups alike, and ownership is only one of its readers.
+``resources`` (tenants, namespace policies, partitioned-topic metadata and the stored bundle boundaries) is
+here too, although the admin REST and topic loading read it as well: it stores ``bundles`` values and
+``ownership`` reads the boundaries from it, so outside this package the two would import each other
+(tests/test_architecture.py fails on that cycle).
 """

@@ -2,7 +2,7 @@
 
 How it works: a namespace's topic-hash space is cut into bundles
 (broker/ownership/bundles.py); the boundaries live in the namespace's local policies
-(broker/resources.py), the default equal ranges until a first split. A broker
+(broker/ownership/resources.py), the default equal ranges until a first split. A broker
 owns a bundle by creating the *ephemeral* node
 ``/namespace/<tenant>/<ns>/<0xLO_0xHI>`` holding its URLs; exactly one create
 can succeed, so brokers racing for a bundle end with one owner. The node
@@ -46,8 +46,8 @@ from typing import Awaitable, Callable
 from broker.errors import BrokerMetadataError, ServiceNotReadyError, metadata_errors
 from broker.loadbalance.broker_choice import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
 from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
+from broker.ownership.resources import ConflictError, NotFoundError, Resources
 from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
-from broker.resources import ConflictError, NotFoundError, Resources
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from storage.metadata import EventType, MetadataStore, SessionState, Watch, WatchEvent

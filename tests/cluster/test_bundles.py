@@ -12,7 +12,7 @@ import pytest
 from broker.errors import ServiceNotReadyError
 from broker.ownership.bundles import NamespaceBundles, bundle_name
 from broker.ownership.ownership import BROKERS_ROOT, BrokerInfo, Ownership
-from broker.resources import ConflictError, NotFoundError
+from broker.ownership.resources import ConflictError, NotFoundError
 from broker.topics.names import parse_topic
 from magnetar.topic_name import NamespaceName
 from storage.metadata import SessionState, open_store
