@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from storage.client.config import ClientConfig
 from storage.digest import Entry
 from storage.errors import (
-    ClientClosedError, FrameTooLargeError, InvalidQuorumError, LedgerClosedError, LedgerFencedError,
+    ClientClosedError, FrameTooLargeError, LedgerClosedError, LedgerFencedError,
     NoSuchEntryError, NoSuchLedgerError, StorageError, UnauthorizedError,
 )
+from storage.ledger_metadata import validate_quorum
 
 
 @dataclass
@@ -227,10 +228,7 @@ class MemoryLedgerClient:
     async def create_ledger(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                             password: bytes = b"", custom: dict | None = None) -> MemoryWriteHandle:
         self._check_open()
-        if not all(isinstance(n, int) for n in (ensemble_size, write_quorum_size, ack_quorum_size)) or not (
-                ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
-            raise InvalidQuorumError(
-                f"need ensemble >= write quorum >= ack quorum >= 1, got {ensemble_size}/{write_quorum_size}/{ack_quorum_size}")
+        validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
         ledger = _Ledger(self.store._new_id(), bytes(password), ensemble_size, write_quorum_size, ack_quorum_size,
                          dict(custom or {}))
         self.store.ledgers[ledger.ledger_id] = ledger
