@@ -6,7 +6,7 @@ import pytest
 
 from broker import errors as be
 from broker.http.admin import BadRequest, error_response
-from broker.resources import ConflictError, NotFoundError
+from broker.ownership.resources import ConflictError, NotFoundError
 from magnetar import errors as ce
 from magnetar.protocol import pb
 from magnetar.protocol.server_errors import SERVER_ERRORS

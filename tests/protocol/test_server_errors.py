@@ -84,7 +84,7 @@ def test_registry_copies_the_row_onto_the_class():
 @pytest.mark.parametrize("module", ["magnetar.protocol.server_errors", "magnetar.errors", "magnetar.protocol.errors",
                                     "magnetar.protocol", "magnetar.asyncio.connection"])
 def test_each_module_imports_first_in_a_fresh_interpreter(module):
-    # magnetar.errors and magnetar.protocol import each other; whichever a program names first must work.
+    # Whichever of magnetar.errors, magnetar.protocol and their modules a program names first must work.
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-c", f"import {module}; import magnetar; magnetar.errors.for_code(16)"],

@@ -1,6 +1,6 @@
 """Codec errors, part of the client's one hierarchy (magnetar.errors). Malformed input is not retriable."""
 
-from magnetar.errors import MagnetarError
+from magnetar.error_root import MagnetarError
 
 
 class ProtocolError(MagnetarError):
