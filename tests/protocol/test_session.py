@@ -63,6 +63,14 @@ def lookup_response(rid=5):
     return command(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(request_id=rid))
 
 
+def receive(session: PulsarSession, data: bytes) -> list:
+    session.receive_data(data)
+    events = []
+    while (event := session.next_event()) is not None:
+        events.append(event)
+    return events
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -75,9 +83,9 @@ def connected(role: Role, clock=None) -> PulsarSession:
     s = PulsarSession(role, keep_alive_s=30, clock=clock or Clock())
     if role is Role.CLIENT:
         s.send(CONNECT)
-        s.receive_data(encode_command(CONNECTED))
+        receive(s, encode_command(CONNECTED))
     else:
-        s.receive_data(encode_command(CONNECT))
+        receive(s, encode_command(CONNECT))
         s.send(CONNECTED)
     assert s.state is SessionState.CONNECTED
     return s
@@ -90,7 +98,7 @@ def run(session: PulsarSession, steps):
         if direction == "send":
             assert session.send(cmd) == encode_command(cmd)  # the session never changes what it encodes
         else:
-            events += session.receive_data(encode_command(cmd))
+            events += receive(session, encode_command(cmd))
     return events
 
 
@@ -142,18 +150,18 @@ def test_every_handshake_transition_is_exercised():
 def test_connected_and_refused_carry_what_the_broker_said():
     session = PulsarSession(Role.CLIENT, clock=Clock())
     session.send(CONNECT)
-    [event] = session.receive_data(encode_command(CONNECT_ERROR))
+    [event] = receive(session, encode_command(CONNECT_ERROR))
     assert (event.error, event.message) == (pb.UnsupportedVersionError, "old")
     session = PulsarSession(Role.CLIENT, clock=Clock())
-    [event] = session.receive_data(encode_command(CONNECTED))
+    [event] = receive(session, encode_command(CONNECTED))
     assert event.frame.command.connected.server_version == "s" and session.protocol_version == 20
 
 
 def test_frames_split_across_reads_come_out_whole():
     session = PulsarSession(Role.SERVER, clock=Clock())
     data = encode_command(CONNECT)
-    assert session.receive_data(data[:3]) == [] and session.receive_data(data[3:7]) == []
-    [frame] = session.receive_data(data[7:])
+    assert receive(session, data[:3]) == [] and receive(session, data[3:7]) == []
+    [frame] = receive(session, data[7:])
     assert frame.command.type == T.CONNECT and session.protocol_version == 20
 
 
@@ -198,13 +206,31 @@ def test_violation_raises_a_specific_error(role, before, step, exc):
 def test_frames_around_a_violation_are_not_lost():
     session = connected(Role.CLIENT)
     session.send(lookup(5))
-    data = encode_command(PING) + encode_command(success(99)) + encode_command(lookup_response(5))
+    session.receive_data(encode_command(PING) + encode_command(success(99)) + encode_command(lookup_response(5)))
+    assert session.next_event().command.type == T.PING
     with pytest.raises(UnknownRequestId):
-        session.receive_data(data)
-    assert [e.command.type for e in session.pending_events] == [T.PING]
-    session.pending_events = []
-    [response] = session.receive_data(b"")
+        session.next_event()
+    response = session.next_event()
     assert type(response) is Response and response.request_id == 5
+    assert session.next_event() is None
+
+
+def test_a_server_judges_each_frame_after_the_one_before_was_answered():
+    """CONNECT and PRODUCER in one read: the PRODUCER is judged once the application has sent CONNECTED."""
+    session = PulsarSession(Role.SERVER, clock=Clock())
+    session.receive_data(encode_command(CONNECT) + encode_command(producer()))
+    assert session.next_event().command.type == T.CONNECT
+    session.send(CONNECTED)
+    assert session.next_event().command.type == T.PRODUCER
+    assert session.producer_state(1) is HandleState.CREATING
+
+
+def test_a_pipelined_command_before_connected_is_a_violation():
+    session = PulsarSession(Role.SERVER, clock=Clock())
+    session.receive_data(encode_command(CONNECT) + encode_command(producer()))
+    assert session.next_event().command.type == T.CONNECT
+    with pytest.raises(CommandBeforeConnect):
+        session.next_event()
 
 
 @pytest.mark.parametrize("data,exc", [
@@ -221,7 +247,7 @@ def test_nothing_is_received_or_sent_after_close():
     session = connected(Role.SERVER)
     session.send(lookup_response(1))
     assert session.close() == []
-    assert session.receive_data(encode_command(PING)) == []
+    assert receive(session, encode_command(PING)) == []
     with pytest.raises(SessionClosed):
         session.send(PING)
 
@@ -238,7 +264,7 @@ def test_a_client_takes_the_brokers_commands_before_connected():
     """The client's own code orders its commands (open() hands a connection out once CONNECTED)."""
     session = PulsarSession(Role.CLIENT, clock=Clock())
     msg = command(T.MESSAGE, message=pb.CommandMessage(consumer_id=7, message_id=pb.MessageIdData(ledgerId=1, entryId=2)))
-    [frame] = session.receive_data(encode_command(msg))
+    [frame] = receive(session, encode_command(msg))
     assert frame.command.message.consumer_id == 7
     session.send(command(T.FLOW, flow=pb.CommandFlow(consumer_id=7, messagePermits=10)))
 
@@ -252,7 +278,7 @@ def test_responses_are_matched_to_requests_in_any_order():
     for rid in ids:
         session.send(lookup(rid))
     assert session.outstanding() == {0, 1, 2}
-    events = session.receive_data(b"".join(encode_command(lookup_response(rid)) for rid in (2, 0, 1)))
+    events = receive(session, b"".join(encode_command(lookup_response(rid)) for rid in (2, 0, 1)))
     assert [(type(e), e.request_id, e.type) for e in events] == [(Response, r, T.LOOKUP_RESPONSE) for r in (2, 0, 1)]
     assert events[0].body.request_id == 2 and session.outstanding() == set()
 
@@ -260,7 +286,7 @@ def test_responses_are_matched_to_requests_in_any_order():
 def test_an_error_answers_the_request_it_names():
     session = connected(Role.CLIENT)
     session.send(lookup(5))
-    [event] = session.receive_data(encode_command(error(5, pb.TopicNotFound)))
+    [event] = receive(session, encode_command(error(5, pb.TopicNotFound)))
     assert (event.type, event.body.error) == (T.ERROR, pb.TopicNotFound)
 
 
@@ -269,21 +295,21 @@ def test_an_abandoned_request_is_forgotten():
     session.send(lookup(5))
     session.abandon(5)
     with pytest.raises(UnknownRequestId):
-        session.receive_data(encode_command(lookup_response(5)))
+        receive(session, encode_command(lookup_response(5)))
 
 
 def test_a_queued_producer_is_not_an_answer_yet():
     session = connected(Role.CLIENT)
     session.send(producer(1, 10))
-    assert session.receive_data(encode_command(producer_success(10, ready=False))) == []
+    assert receive(session, encode_command(producer_success(10, ready=False))) == []
     assert session.producer_state(1) is HandleState.CREATING
-    [event] = session.receive_data(encode_command(producer_success(10)))
+    [event] = receive(session, encode_command(producer_success(10)))
     assert event.request_id == 10 and session.producer_state(1) is HandleState.READY
 
 
 def test_a_server_tracks_no_answers_for_what_it_answers_untracked():
     session = connected(Role.SERVER)
-    assert session.receive_data(encode_command(lookup(5)))[0].command.type == T.LOOKUP
+    assert receive(session, encode_command(lookup(5)))[0].command.type == T.LOOKUP
     assert session.outstanding() == set()
     session.send(lookup_response(5))
     session.send(error(77))  # e.g. an ERROR to a malformed command: nothing to match, nothing raised
@@ -378,14 +404,14 @@ def test_keep_alive(role, is_connected, version, ticks):
     clock = Clock()
     session = PulsarSession(role, keep_alive_s=30, clock=clock)
     if is_connected:
-        session.receive_data(encode_command(command(T.CONNECT, connect=pb.CommandConnect(
+        receive(session, encode_command(command(T.CONNECT, connect=pb.CommandConnect(
             client_version="t", protocol_version=version))) if role is Role.SERVER else encode_command(CONNECTED))
         if role is Role.SERVER:
             session.send(command(T.CONNECTED, connected=pb.CommandConnected(server_version="s", protocol_version=version)))
     for step, heard, expected in ticks:
         clock.now += step
         if heard:
-            session.receive_data(encode_command(PING))
+            receive(session, encode_command(PING))
         assert session.keep_alive() is expected, (step, heard)
 
 
@@ -395,3 +421,36 @@ def test_a_closed_session_does_not_ping():
     session.close()
     clock.now += 100
     assert session.keep_alive() is KeepAlive.NOTHING
+
+
+def test_a_queued_producer_is_ready_on_the_brokers_side():
+    """WaitForExclusive: the broker has bound the producer when it says "queued"; a retried create is answered
+    from that binding, and the final answer still matches the first request."""
+    session = connected(Role.SERVER)
+    receive(session, encode_command(producer(1, 10)))
+    session.send(producer_success(10, ready=False))
+    assert session.producer_state(1) is HandleState.READY and session.outstanding() == {10}
+    receive(session, encode_command(producer(1, 20)))
+    session.send(producer_success(20))
+    session.send(producer_success(10))
+    assert session.producer_state(1) is HandleState.READY and session.outstanding() == set()
+
+
+def test_a_create_knows_whether_it_still_counts():
+    session = connected(Role.SERVER)
+    receive(session, encode_command(producer(1, 10)))
+    assert session.opened_by("producers", 1) == 10
+    receive(session, encode_command(close_producer(1, 11)))
+    assert session.opened_by("producers", 1) is None
+    receive(session, encode_command(producer(1, 12)))
+    assert session.opened_by("producers", 1) == 12  # the first create, finishing now, must give way
+
+
+def test_a_violation_names_the_frame_that_did_it():
+    session = connected(Role.SERVER)
+    receive(session, encode_command(producer(1, 10)))
+    session.receive_data(encode_command(producer(1, 20)))
+    with pytest.raises(IllegalTransition) as info:
+        session.next_event()
+    assert info.value.frame.command.producer.request_id == 20
+    assert session.outstanding() == {10}

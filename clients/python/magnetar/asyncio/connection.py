@@ -77,21 +77,21 @@ class Connection(asyncio.Protocol):
         self._keep_alive = asyncio.get_running_loop().call_later(self.session.keep_alive_s, self._keep_alive_tick)
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self.session.receive_data(data)
+        except ProtocolError as exc:
+            log.warning("closing connection to %s: %s", self.address, exc)
+            self.close()
+            return
         while True:
             try:
-                events = self.session.receive_data(data)
+                event = self.session.next_event()
             except ProtocolViolation as exc:  # e.g. a late answer to a request given up on: skip that frame only
                 log.debug("ignoring a frame from %s: %s", self.address, exc)
-                events, self.session.pending_events = self.session.pending_events, []
-                self._dispatch_all(events)
-                data = b""
                 continue
-            except ProtocolError as exc:
-                log.warning("closing connection to %s: %s", self.address, exc)
-                self.close()
+            if event is None:
                 return
-            self._dispatch_all(events)
-            return
+            self._dispatch(event)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -109,10 +109,6 @@ class Connection(asyncio.Protocol):
             handler.on_connection_lost(self)
 
     # ---- inbound ------------------------------------------------------------------
-
-    def _dispatch_all(self, events) -> None:
-        for event in events:
-            self._dispatch(event)
 
     def _dispatch(self, event) -> None:
         if type(event) is Response:

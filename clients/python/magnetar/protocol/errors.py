@@ -12,7 +12,10 @@ class FrameTooLarge(ProtocolError):
 
 
 class ProtocolViolation(ProtocolError):
-    """The peer (or our own code) broke the session's rules; ``command`` is the offending BaseCommand type."""
+    """The peer (or our own code) broke the session's rules; ``command`` is the offending BaseCommand type,
+    ``frame`` the received frame that did it (None for a command we were about to send)."""
+
+    frame = None
 
     def __init__(self, message: str, command: int | None = None):
         super().__init__(message)

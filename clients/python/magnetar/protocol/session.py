@@ -4,7 +4,8 @@ Both ends of a connection run the same machine, each in its role. The session
 sees every command that passes, in either direction, and that is what moves
 it; nothing else may change its state. What it decides:
 
-* the handshake, in ``SESSION_TRANSITIONS``:
+* the handshake, in ``SESSION_TRANSITIONS`` (a server's CONNECT is answered by the application, which then
+  sends CONNECTED, AUTH_CHALLENGE or ERROR through ``send``):
   AWAIT_CONNECT -> (AUTHENTICATING ->) CONNECTED -> CLOSED. A server that
   receives anything but the handshake before CONNECTED raises
   CommandBeforeConnect; a second CONNECT raises DuplicateConnect. An ERROR
@@ -30,10 +31,11 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from . import pulsar_api_pb2 as pb
-from .errors import (CommandBeforeConnect, DuplicateConnect, IllegalTransition, SessionClosed,
+from .errors import (CommandBeforeConnect, DuplicateConnect, IllegalTransition, ProtocolViolation, SessionClosed,
                      UnknownRequestId)
 from .frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, encode_command, encode_message, field_for_type
 
@@ -153,10 +155,9 @@ class _Request:
 class PulsarSession:
     """The state of one Pulsar connection in one role. Not thread-safe; no I/O.
 
-    ``receive_data(bytes) -> [event]`` where an event is a Frame the application handles, Connected,
-    ConnectRefused or (client) Response. ``send(command) -> bytes`` to write. Both raise a ProtocolError
-    subclass (from magnetar.protocol.errors) on a violation; the frame that caused it is not delivered,
-    the frames before it are (``pending_events``) and decoding continues with the next call.
+    ``receive_data(bytes)`` then ``next_event()`` until None, where an event is a Frame for the application,
+    Connected, ConnectRefused or (client) Response. ``send(command) -> bytes`` to write. Both raise a
+    ProtocolError subclass (magnetar.protocol.errors) on a violation; the session's state is unchanged then.
     """
 
     def __init__(self, role: Role, *, keep_alive_s: float = 30.0, clock=time.monotonic,
@@ -170,34 +171,39 @@ class PulsarSession:
         self.producers: dict[int, HandleState] = {}
         self.consumers: dict[int, HandleState] = {}
         self._requests: dict[int, _Request] = {}
+        self._openers: dict[tuple[str, int], int] = {}  # (kind, id) -> request id of the create that opened it
         self._next_request_id = 0
         self._last_received = clock()
         self._ping_outstanding = False
-        self.pending_events: list = []
-        self._backlog: list[Frame] = []  # frames after one that raised, delivered by the next receive_data
+        self._frames: deque[Frame] = deque()  # decoded, not yet judged
 
     # ---- inbound -------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list:
-        """Decode ``data`` and move the session. Raises FrameTooLarge/ProtocolError on bad bytes (the connection
-        cannot continue) or a ProtocolViolation for the frame that broke a rule (events before it are in
-        ``pending_events``; call ``receive_data(b"")`` to go on with the frames after it)."""
+    def receive_data(self, data: bytes) -> None:
+        """Take bytes from the peer; ``next_event()`` then gives what they mean, one frame at a time.
+        Raises FrameTooLarge or ProtocolError on bytes that are not Pulsar frames (the connection cannot go on)."""
         self.note_alive()
-        events, self.pending_events = self.pending_events, []
         frames = self.decoder.feed(data)
-        if self._backlog:
-            frames, self._backlog = self._backlog + frames, []
-        for i, frame in enumerate(frames):
+        if frames:
+            self._frames.extend(frames)
+
+    def next_event(self):
+        """The next event, or None when more bytes are needed. One frame at a time, so that the application
+        acts on a frame (e.g. answers CONNECT) before the next one is judged. Raises a ProtocolViolation for a
+        frame that breaks a rule; that frame is dropped and the next call goes on with the one after it."""
+        while self._frames:
             if self.state is S.CLOSED:
-                break  # after close nothing the peer says matters
+                self._frames.clear()  # after close nothing the peer says matters
+                return None
+            frame = self._frames.popleft()
             try:
                 event = self._receive(frame)
-            except Exception:
-                self.pending_events, self._backlog = events, frames[i + 1:]
+            except ProtocolViolation as exc:
+                exc.frame = frame
                 raise
             if event is not None:
-                events.append(event)
-        return events
+                return event
+        return None
 
     def _receive(self, frame: Frame):
         cmd = frame.command
@@ -245,7 +251,8 @@ class PulsarSession:
         if t in _OPENS:
             _, id_field, kind = _OPENS[t]
             handle = (kind, getattr(body, id_field))
-            self._move(kind, handle[1], OPEN, t)
+            if self._move(kind, handle[1], OPEN, t) is H.CLOSED and body.HasField("request_id"):
+                self._openers[handle] = body.request_id
         elif t in _CLOSES:
             _, id_field, kind = _CLOSES[t]
             self._move(kind, getattr(body, id_field), CLOSE, t)
@@ -263,7 +270,12 @@ class PulsarSession:
         body = getattr(cmd, field_for_type(t))
         request_id = body.request_id
         if t == T.PRODUCER_SUCCESS and not body.producer_ready:
-            return None  # WaitForExclusive: queued by the broker; the real answer follows
+            # WaitForExclusive: queued by the broker; the real answer follows. The broker has bound the producer
+            # already and answers a retried create from that binding, so on its side the producer is READY.
+            request = self._requests.get(request_id)
+            if self.role is Role.SERVER and request is not None and request.handle is not None:
+                self._move(*request.handle, CREATED, t)
+            return None
         request = self._requests.pop(request_id, None)
         if request is None:
             if self.role is Role.CLIENT:
@@ -280,7 +292,8 @@ class PulsarSession:
                 self._move(kind, handle_id, CREATED, t)
         return Response(request_id, t, body, frame) if self.role is Role.CLIENT else None
 
-    def _move(self, kind: str, handle_id: int, event: str, t: int) -> None:
+    def _move(self, kind: str, handle_id: int, event: str, t: int) -> HandleState:
+        """Apply a handle event; returns the state it left."""
         handles = self.producers if kind == "producers" else self.consumers
         current = handles.get(handle_id, H.CLOSED)
         nxt = HANDLE_TRANSITIONS.get((current, event))
@@ -289,8 +302,10 @@ class PulsarSession:
                 f"{T.Type.Name(t)}: {kind[:-1]} {handle_id} is {current.name}, cannot {event}", t)
         if nxt is H.CLOSED:
             handles.pop(handle_id, None)
+            self._openers.pop((kind, handle_id), None)
         else:
             handles[handle_id] = nxt
+        return current
 
     # ---- outbound ------------------------------------------------------------------
 
@@ -334,11 +349,18 @@ class PulsarSession:
     def consumer_state(self, consumer_id: int) -> HandleState:
         return self.consumers.get(consumer_id, H.CLOSED)
 
+    def opened_by(self, kind: str, handle_id: int) -> int | None:
+        """The request id of the PRODUCER/SUBSCRIBE that opened this handle (kind "producers" or "consumers"),
+        None when it is closed. A create finishing late checks it is still the one that counts: the handle
+        may have been closed, or closed and opened again by a newer request, while it ran."""
+        return self._openers.get((kind, handle_id))
+
     def close(self) -> list[int]:
         """CLOSED, from any state. Returns the request ids that will now never be answered."""
         self.state = S.CLOSED
         self.producers.clear()
         self.consumers.clear()
+        self._openers.clear()
         unanswered = list(self._requests)
         self._requests.clear()
         return unanswered
