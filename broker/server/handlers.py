@@ -164,6 +164,7 @@ def on_producer(conn, frame) -> None:
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
             topic.remove_producer(producer)  # closed (and perhaps opened again) while we were creating it
+            conn.session.abandon(c.request_id)
             return
         conn.producers[c.producer_id] = ProducerBinding(producer, topic)
         if wait is not None:

@@ -454,3 +454,14 @@ def test_a_violation_names_the_frame_that_did_it():
         session.next_event()
     assert info.value.frame.command.producer.request_id == 20
     assert session.outstanding() == {10}
+
+
+def test_abandoning_an_old_create_leaves_a_newer_one_alone():
+    session = connected(Role.SERVER)
+    receive(session, encode_command(producer(1, 10)))
+    receive(session, encode_command(close_producer(1, 11)))
+    receive(session, encode_command(producer(1, 12)))
+    session.abandon(10)
+    assert session.producer_state(1) is HandleState.CREATING and session.outstanding() == {12}
+    session.abandon(12)
+    assert session.producer_state(1) is HandleState.CLOSED and session.outstanding() == set()

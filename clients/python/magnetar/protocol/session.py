@@ -258,7 +258,9 @@ class PulsarSession:
             self._move(kind, getattr(body, id_field), CLOSE, t)
         elif t == T.UNSUBSCRIBE:
             handle = ("consumers", body.consumer_id)
-        if "request_id" not in body.DESCRIPTOR.fields_by_name or not body.HasField("request_id"):
+        if t not in _CARRY_REQUEST_ID or not body.HasField("request_id"):
+            return
+        if self.role is Role.SERVER and t not in _SERVER_TRACKED:
             return
         if self.role is Role.CLIENT and len(self._requests) >= MAX_OUTSTANDING_REQUESTS:
             raise IllegalTransition(f"more than {MAX_OUTSTANDING_REQUESTS} requests outstanding", t)
@@ -335,9 +337,11 @@ class PulsarSession:
         return request_id
 
     def abandon(self, request_id: int) -> None:
-        """The client stopped waiting (timeout, cancel): forget the request; a create it made is given up."""
+        """Nobody will wait for this request's answer any more (a client's timeout; a server's create that lost
+        its handle meanwhile): forget it. A create it made is given up, unless a newer one opened the handle."""
         request = self._requests.pop(request_id, None)
-        if request is not None and request.handle is not None and request.type in _OPENS:
+        if request is not None and request.handle is not None and request.type in _OPENS \
+                and self._openers.get(request.handle) == request_id:
             self._move(request.handle[0], request.handle[1], FAILED, request.type)
 
     def outstanding(self) -> set[int]:
