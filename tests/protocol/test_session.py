@@ -465,3 +465,13 @@ def test_abandoning_an_old_create_leaves_a_newer_one_alone():
     assert session.producer_state(1) is HandleState.CREATING and session.outstanding() == {12}
     session.abandon(12)
     assert session.producer_state(1) is HandleState.CLOSED and session.outstanding() == set()
+
+
+def test_a_client_bounds_its_outstanding_requests(monkeypatch):
+    monkeypatch.setattr("magnetar.protocol.session.MAX_OUTSTANDING_REQUESTS", 2)
+    session = connected(Role.CLIENT)
+    session.send(lookup(1))
+    session.send(lookup(2))
+    with pytest.raises(IllegalTransition):
+        session.send(producer(1, 3))
+    assert session.outstanding() == {1, 2} and session.producer_state(1) is HandleState.CLOSED

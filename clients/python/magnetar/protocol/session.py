@@ -247,6 +247,8 @@ class PulsarSession:
         """A request passes (sent by a client, received by a server): note it, and open/close its handle."""
         t = cmd.type
         body = getattr(cmd, field_for_type(t))
+        if self.role is Role.CLIENT and len(self._requests) >= MAX_OUTSTANDING_REQUESTS:
+            raise IllegalTransition(f"more than {MAX_OUTSTANDING_REQUESTS} requests outstanding", t)
         handle = None
         if t in _OPENS:
             _, id_field, kind = _OPENS[t]
@@ -262,8 +264,6 @@ class PulsarSession:
             return
         if self.role is Role.SERVER and t not in _SERVER_TRACKED:
             return
-        if self.role is Role.CLIENT and len(self._requests) >= MAX_OUTSTANDING_REQUESTS:
-            raise IllegalTransition(f"more than {MAX_OUTSTANDING_REQUESTS} requests outstanding", t)
         self._requests[body.request_id] = _Request(t, handle)
 
     def _response(self, cmd, frame: Frame | None):
