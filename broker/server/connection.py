@@ -21,7 +21,7 @@ import asyncio
 import logging
 
 from broker.errors import (
-    BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
+    BrokerError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
 )
 from broker.server import handlers
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -114,15 +114,12 @@ class ServerConnection(asyncio.Protocol):
     # ---- inbound -----------------------------------------------------------
 
     def _refuse(self, exc: ProtocolViolation) -> None:
-        """A command the session does not allow now. A second create of one producer or consumer id is answered
-        as Pulsar answers it; anything else (e.g. a second CONNECT) is logged. The connection stays up."""
+        """A command the session does not allow now. A second create of a producer still being created is
+        answered ProducerBusy; anything else (e.g. a second CONNECT) is logged. The connection stays up."""
         cmd = exc.frame.command
         if isinstance(exc, IllegalTransition) and cmd.type == T.PRODUCER:
             self.send_error(cmd.producer.request_id, ProducerBusyError(
                 f"producer {cmd.producer.producer_id} is still being created on this connection"))
-        elif isinstance(exc, IllegalTransition) and cmd.type == T.SUBSCRIBE:
-            self.send_error(cmd.subscribe.request_id, ConsumerBusyError(
-                f"consumer id {cmd.subscribe.consumer_id} is already in use on this connection"))
         else:
             log.warning("%s: %s failed: %s", self.remote_address, T.Type.Name(cmd.type), exc)
 

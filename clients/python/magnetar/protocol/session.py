@@ -13,7 +13,7 @@ it; nothing else may change its state. What it decides:
   order of its own code (``open()`` hands a connection out only once it is
   CONNECTED) and takes the broker's other commands in any state, as it
   always has;
-* per producer and per consumer, in ``HANDLE_TRANSITIONS``: CREATING on
+* per producer and per consumer, in ``HANDLE_TRANSITIONS``/``CONSUMER_TRANSITIONS``: CREATING on
   PRODUCER/SUBSCRIBE, READY when the answer to that request succeeds, CLOSED
   on an ERROR answer, a CLOSE_* either way, or a successful UNSUBSCRIBE;
 * which response answers which request (by request id). On the client an
@@ -93,7 +93,8 @@ _UNCONNECTED = {S.AWAIT_CONNECT, S.AUTHENTICATING}
 
 OPEN, CREATED, FAILED, CLOSE = "open", "created", "failed", "close"
 H = HandleState
-# (state, event) -> next state, the same for producers and consumers. What is missing raises IllegalTransition.
+# (state, event) -> next state of a producer. What is missing raises IllegalTransition: a second create of a
+# producer still being created (the broker answers ProducerBusy).
 HANDLE_TRANSITIONS = {
     (H.CLOSED, OPEN): H.CREATING,
     (H.READY, OPEN): H.READY,  # a retried create of a live handle is answered with success again
@@ -107,6 +108,9 @@ HANDLE_TRANSITIONS = {
     (H.CLOSED, CREATED): H.CLOSED,  # the answer to a create that was closed meanwhile: it stays closed
     (H.CLOSED, FAILED): H.CLOSED,
 }
+# A consumer's: the same, except that a SUBSCRIBE repeated while the first is still running goes ahead, as the
+# broker has always let it (only a subscribed consumer id is refused, ConsumerBusy, by the SUBSCRIBE handler).
+CONSUMER_TRANSITIONS = {**HANDLE_TRANSITIONS, (H.CREATING, OPEN): H.CREATING}
 
 # Commands that open a handle, by the field and id naming it; and those that close one.
 _OPENS = {T.PRODUCER: ("producer", "producer_id", "producers"), T.SUBSCRIBE: ("subscribe", "consumer_id", "consumers")}
@@ -296,9 +300,10 @@ class PulsarSession:
 
     def _move(self, kind: str, handle_id: int, event: str, t: int) -> HandleState:
         """Apply a handle event; returns the state it left."""
-        handles = self.producers if kind == "producers" else self.consumers
+        handles, table = ((self.producers, HANDLE_TRANSITIONS) if kind == "producers"
+                          else (self.consumers, CONSUMER_TRANSITIONS))
         current = handles.get(handle_id, H.CLOSED)
-        nxt = HANDLE_TRANSITIONS.get((current, event))
+        nxt = table.get((current, event))
         if nxt is None:
             raise IllegalTransition(
                 f"{T.Type.Name(t)}: {kind[:-1]} {handle_id} is {current.name}, cannot {event}", t)
