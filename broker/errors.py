@@ -1,132 +1,124 @@
-"""The broker's one exception hierarchy, mapped to the Pulsar protocol's ServerError codes.
+"""The broker's one exception hierarchy, bound to the Pulsar protocol's ServerError codes.
 
-Each class binds one wire code (``@register``); the connection layer turns any
-``BrokerError`` into a CommandError / CommandSendError with that code and the
-message, and ``for_code`` maps a received code back to a class. Storage errors
-are translated where they enter the broker (``raise ... from``), never
-re-exported. ``retriable`` tells a client whether trying again may succeed.
+Each class binds one wire code (``@register(pb.X)``); its ``code``,
+``retriable`` flag and admin-REST ``http_status`` come from the one table in
+``magnetar.protocol.server_errors``, shared with the client. The connection
+layer turns any ``BrokerError`` into a CommandError / CommandSendError with
+that code and the message, and ``for_code`` maps a received code back to a
+class. ``retriable`` tells a client whether trying again may succeed.
+
+Storage and metadata errors enter the broker through one seam, below:
+``persistence_errors`` (a topic's managed ledger and cursors: any StorageError
+becomes a PersistenceError) and ``metadata_errors`` (the metadata store: a
+MetadataError becomes a BrokerMetadataError), both ``raise ... from`` with the
+message "<what the broker was doing>: <the storage error>". Sites that give a
+storage error a meaning of their own (NoNodeError as "not found", a fenced
+managed ledger as a moved topic) catch that subclass inside the block.
 """
 
 from __future__ import annotations
 
-_BY_CODE: dict[int, type["BrokerError"]] = {}
+import contextlib
+
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.server_errors import ServerErrorRegistry
+from storage.errors import MetadataError, StorageError
+
+_REGISTRY = ServerErrorRegistry(describe=lambda cls, code: cls.__doc__ or f"server error {code}")
+register = _REGISTRY.register
+for_code = _REGISTRY.for_code
 
 
-def register(code: int):
-    """Class decorator: bind a ServerError code to an error class."""
-
-    def bind(cls: type["BrokerError"]) -> type["BrokerError"]:
-        if code in _BY_CODE:
-            raise ValueError(f"server error {code} already bound to {_BY_CODE[code].__name__}")
-        cls.code = code
-        _BY_CODE[code] = cls
-        return cls
-
-    return bind
-
-
-def for_code(code: int, message: str = "") -> "BrokerError":
-    cls = _BY_CODE.get(code, BrokerError)
-    return cls(message or cls.__doc__ or f"server error {code}")
-
-
-@register(0)
+@register(pb.UnknownError)
 class BrokerError(Exception):
     """Unknown broker error."""
 
-    code: int = 0
-    retriable: bool = False
+    code: int
+    retriable: bool
+    http_status: int
 
 
-@register(1)
+@register(pb.MetadataError)
 class BrokerMetadataError(BrokerError):
     """The metadata store failed or rejected the operation."""
 
-    retriable = True
 
-
-@register(2)
+@register(pb.PersistenceError)
 class PersistenceError(BrokerError):
     """The topic's storage failed the operation."""
 
-    retriable = True
 
-
-@register(5)
+@register(pb.ConsumerBusy)
 class ConsumerBusyError(BrokerError):
     """The subscription does not accept another consumer."""
 
 
-@register(6)
+@register(pb.ServiceNotReady)
 class ServiceNotReadyError(BrokerError):
     """The broker cannot serve this topic right now."""
 
-    retriable = True
 
-
-@register(9)
+@register(pb.ChecksumError)
 class ChecksumError(BrokerError):
     """The message's CRC32C does not match its bytes."""
 
 
-@register(10)
+@register(pb.UnsupportedVersionError)
 class UnsupportedVersionError(BrokerError):
     """The client's protocol version or feature is not supported."""
 
 
-@register(11)
+@register(pb.TopicNotFound)
 class TopicNotFoundError(BrokerError):
     """The topic does not exist."""
 
 
-@register(12)
+@register(pb.SubscriptionNotFound)
 class SubscriptionNotFoundError(BrokerError):
     """The subscription does not exist."""
 
 
-@register(13)
+@register(pb.ConsumerNotFound)
 class ConsumerNotFoundError(BrokerError):
     """No consumer with that id on this connection."""
 
 
-@register(14)
+@register(pb.TooManyRequests)
 class TooManyRequestsError(BrokerError):
     """Too many requests in flight."""
 
-    retriable = True
 
-
-@register(15)
+@register(pb.TopicTerminatedError)
 class TopicTerminatedError(BrokerError):
     """The topic was terminated: it accepts no more messages."""
 
 
-@register(16)
+@register(pb.ProducerBusy)
 class ProducerBusyError(BrokerError):
     """The topic does not accept this producer (name in use or access mode conflict)."""
 
 
-@register(17)
+@register(pb.InvalidTopicName)
 class InvalidTopicNameError(BrokerError):
     """The topic name is not valid."""
 
 
-@register(18)
+@register(pb.IncompatibleSchema)
 class IncompatibleSchemaError(BrokerError):
     """The schema is incompatible with the topic's."""
 
 
-@register(19)
+@register(pb.ConsumerAssignError)
 class ConsumerAssignError(BrokerError):
     """The consumer could not be assigned (e.g. overlapping Key_Shared ranges)."""
 
 
-@register(22)
+@register(pb.NotAllowedError)
 class NotAllowedError(BrokerError):
     """The operation is not allowed (message too large, limit reached, ...)."""
 
 
-@register(25)
+@register(pb.ProducerFenced)
 class ProducerFencedError(BrokerError):
     """A newer exclusive producer fenced this one."""
 
@@ -137,3 +129,28 @@ class TopicFencedError(ServiceNotReadyError):
 
 class InvalidBundleError(BrokerError):
     """The bundle range is malformed (admin REST answers 412, as for an invalid name)."""
+
+    http_status = 412
+
+
+def from_storage(exc: StorageError, doing: str = "", into: type[BrokerError] = PersistenceError) -> BrokerError:
+    """The broker error for a storage error met while ``doing`` something; raise it ``from exc``."""
+    return into(f"{doing}: {exc}" if doing else str(exc))
+
+
+@contextlib.contextmanager
+def persistence_errors(doing: str):
+    """Any StorageError raised in the block (a topic's managed ledger or cursor) leaves it as a PersistenceError."""
+    try:
+        yield
+    except StorageError as exc:
+        raise from_storage(exc, doing) from exc
+
+
+@contextlib.contextmanager
+def metadata_errors(doing: str):
+    """A MetadataError raised in the block (the metadata store) leaves it as a BrokerMetadataError."""
+    try:
+        yield
+    except MetadataError as exc:
+        raise from_storage(exc, doing, BrokerMetadataError) from exc

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from broker.errors import BrokerMetadataError, NotAllowedError, TopicNotFoundError
+from broker.errors import NotAllowedError, TopicNotFoundError, metadata_errors
 from broker.ownership.bundles import NamespaceBundles
 from broker.topics.names import check_segment
 from magnetar.topic_name import NamespaceName, TopicName, encode_local_name
-from storage.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
+from storage.errors import BadVersionError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
 
 POLICIES_ROOT = "/admin/policies"
@@ -31,6 +31,8 @@ MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
 class ConflictError(NotAllowedError):
     """The resource already exists."""
+
+    http_status = 409  # REST's own status for a conflict; on the wire it is NotAllowedError
 
 
 class NotFoundError(TopicNotFoundError):
@@ -123,12 +125,11 @@ class Resources:
         await self.get_tenant(ns.tenant)
         if await self.namespace_exists(ns):
             raise ConflictError(f"namespace {ns} already exists")
-        try:
-            await self.store.delete(self._local_path(ns))  # left by a namespace whose deletion stopped half-way
-        except NoNodeError:
-            pass
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"clearing the bundles of {ns}: {exc}") from exc
+        with metadata_errors(f"clearing the bundles of {ns}"):
+            try:
+                await self.store.delete(self._local_path(ns))  # left by a namespace whose deletion stopped half-way
+            except NoNodeError:
+                pass
         if bundles is not None:
             await self.write_namespace_bundles(ns, bundles, -1)
         await self._create(self._ns_path(ns), (policies or NamespacePolicies()).to_json(), f"namespace {ns} already exists")
@@ -142,15 +143,14 @@ class Resources:
     async def update_policies(self, ns: NamespaceName, **changes) -> NamespacePolicies:
         """Read-modify-write of one namespace's policies, conditional on the version read."""
         path = self._ns_path(ns)
-        try:
-            data, stat = await self.store.get(path)
-            current = NamespacePolicies.from_json(json.loads(data))
-            updated = NamespacePolicies(**{**asdict(current), **changes})
-            await self.store.set(path, _dump(updated.to_json()), stat.version)
-        except NoNodeError as exc:
-            raise NotFoundError(f"namespace {ns} does not exist") from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"updating policies of {ns}: {exc}") from exc
+        with metadata_errors(f"updating policies of {ns}"):
+            try:
+                data, stat = await self.store.get(path)
+                current = NamespacePolicies.from_json(json.loads(data))
+                updated = NamespacePolicies(**{**asdict(current), **changes})
+                await self.store.set(path, _dump(updated.to_json()), stat.version)
+            except NoNodeError as exc:
+                raise NotFoundError(f"namespace {ns} does not exist") from exc
         return updated
 
     async def delete_namespace(self, ns: NamespaceName) -> None:
@@ -167,12 +167,11 @@ class Resources:
     async def namespace_bundles(self, ns: NamespaceName, default_count: int) -> tuple[NamespaceBundles, int]:
         """The namespace's bundles and the version of the node they were read from (-1: none stored yet, so
         ``default_count`` equal bundles)."""
-        try:
-            data, stat = await self.store.get(self._local_path(ns))
-        except NoNodeError:
-            return NamespaceBundles.equal(default_count), -1
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading the bundles of {ns}: {exc}") from exc
+        with metadata_errors(f"reading the bundles of {ns}"):
+            try:
+                data, stat = await self.store.get(self._local_path(ns))
+            except NoNodeError:
+                return NamespaceBundles.equal(default_count), -1
         doc = json.loads(data).get("bundles")
         return (NamespaceBundles.from_json(doc) if doc else NamespaceBundles.equal(default_count)), stat.version
 
@@ -181,19 +180,18 @@ class Resources:
         are kept. Returns the new version. Raises ConflictError when someone wrote in between."""
         path = self._local_path(ns)
         conflict = f"the bundles of {ns} changed concurrently"
-        try:
-            if version < 0:
-                await self.store.create(path, _dump({"bundles": bundles.to_json()}), make_parents=True)
-                return 0
-            data, stat = await self.store.get(path)
-            if stat.version != version:
-                raise ConflictError(conflict)
-            doc = {**json.loads(data), "bundles": bundles.to_json()}
-            return (await self.store.set(path, _dump(doc), version)).version
-        except (NodeExistsError, BadVersionError, NoNodeError) as exc:
-            raise ConflictError(conflict) from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"writing the bundles of {ns}: {exc}") from exc
+        with metadata_errors(f"writing the bundles of {ns}"):
+            try:
+                if version < 0:
+                    await self.store.create(path, _dump({"bundles": bundles.to_json()}), make_parents=True)
+                    return 0
+                data, stat = await self.store.get(path)
+                if stat.version != version:
+                    raise ConflictError(conflict)
+                doc = {**json.loads(data), "bundles": bundles.to_json()}
+                return (await self.store.set(path, _dump(doc), version)).version
+            except (NodeExistsError, BadVersionError, NoNodeError) as exc:
+                raise ConflictError(conflict) from exc
 
     # ---- topics ---------------------------------------------------------
 
@@ -216,30 +214,27 @@ class Resources:
     async def update_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
         """Grow a partitioned topic (Pulsar's updatePartitionedTopic): one conditional write, never a shrink."""
         path = self._partitioned_path(topic)
-        try:
-            data, stat = await self.store.get(path)
-        except NoNodeError as exc:
-            raise NotFoundError(f"partitioned topic {topic} does not exist") from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading partitions of {topic}: {exc}") from exc
+        with metadata_errors(f"reading partitions of {topic}"):
+            try:
+                data, stat = await self.store.get(path)
+            except NoNodeError as exc:
+                raise NotFoundError(f"partitioned topic {topic} does not exist") from exc
         current = int(json.loads(data)["partitions"])
         if partitions <= current:
             raise NotAllowedError(f"{topic} has {current} partitions; the count can only grow, got {partitions}")
-        try:
-            await self.store.set(path, _dump({"partitions": partitions}), stat.version)
-        except BadVersionError as exc:
-            raise ConflictError(f"the partitions of {topic} changed concurrently; read them and retry") from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"updating partitions of {topic}: {exc}") from exc
+        with metadata_errors(f"updating partitions of {topic}"):
+            try:
+                await self.store.set(path, _dump({"partitions": partitions}), stat.version)
+            except BadVersionError as exc:
+                raise ConflictError(f"the partitions of {topic} changed concurrently; read them and retry") from exc
 
     async def partition_count(self, topic: TopicName) -> int:
         """Partitions of ``topic``; 0 when it is not a partitioned topic."""
-        try:
-            data, _ = await self.store.get(self._partitioned_path(topic))
-        except NoNodeError:
-            return 0
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading partitions of {topic}: {exc}") from exc
+        with metadata_errors(f"reading partitions of {topic}"):
+            try:
+                data, _ = await self.store.get(self._partitioned_path(topic))
+            except NoNodeError:
+                return 0
         return int(json.loads(data)["partitions"])
 
     async def delete_partitioned_topic(self, topic: TopicName) -> None:
@@ -260,43 +255,37 @@ class Resources:
         return f"{PARTITIONED_ROOT}/{topic.namespace_name}/persistent/{encode_local_name(topic.local_name)}"
 
     async def _children(self, path: str) -> list[str]:
-        try:
-            return await self.store.children(path)
-        except NoNodeError:
-            return []
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"listing {path}: {exc}") from exc
+        with metadata_errors(f"listing {path}"):
+            try:
+                return await self.store.children(path)
+            except NoNodeError:
+                return []
 
     async def _exists(self, path: str) -> bool:
-        try:
+        with metadata_errors(f"reading {path}"):
             return await self.store.exists(path) is not None
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading {path}: {exc}") from exc
 
     async def _get(self, path: str, missing: str) -> dict:
-        try:
-            data, _ = await self.store.get(path)
-        except NoNodeError as exc:
-            raise NotFoundError(missing) from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading {path}: {exc}") from exc
+        with metadata_errors(f"reading {path}"):
+            try:
+                data, _ = await self.store.get(path)
+            except NoNodeError as exc:
+                raise NotFoundError(missing) from exc
         return json.loads(data)
 
     async def _create(self, path: str, doc: dict, exists: str) -> None:
-        try:
-            await self.store.create(path, _dump(doc), make_parents=True)
-        except NodeExistsError as exc:
-            raise ConflictError(exists) from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"creating {path}: {exc}") from exc
+        with metadata_errors(f"creating {path}"):
+            try:
+                await self.store.create(path, _dump(doc), make_parents=True)
+            except NodeExistsError as exc:
+                raise ConflictError(exists) from exc
 
     async def _delete(self, path: str, missing: str) -> None:
-        try:
-            await self.store.delete(path)
-        except NoNodeError as exc:
-            raise NotFoundError(missing) from exc
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"deleting {path}: {exc}") from exc
+        with metadata_errors(f"deleting {path}"):
+            try:
+                await self.store.delete(path)
+            except NoNodeError as exc:
+                raise NotFoundError(missing) from exc
 
     async def ensure_default_namespace(self, cluster: str) -> None:
         """Create tenant ``public`` and namespace ``public/default`` if missing (as Pulsar standalone does)."""

@@ -24,7 +24,7 @@ import logging
 
 from broker.config import BrokerConfig
 from broker.errors import (
-    BrokerError, BrokerMetadataError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError,
+    BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, metadata_errors, persistence_errors,
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
@@ -34,7 +34,8 @@ from broker.resources import ConflictError, NamespacePolicies, Resources
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
-from storage.client import ClientConfig, LedgerClient
+from storage.client import ClientConfig
+from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
 from storage.metadata import MetadataStore, open_store
@@ -224,10 +225,8 @@ class BrokerService:
                 raise TopicNotFoundError(f"topic {name} does not exist")
         policies = await self.resources.get_policies(name.namespace_name)
         ml_config = self.config.managed_ledger_config(*_retention(policies))
-        try:
+        with persistence_errors(f"opening topic {name} failed"):
             ml = await self.factory.open(name.managed_ledger_name, ml_config)
-        except StorageError as exc:
-            raise PersistenceError(f"opening topic {name} failed: {exc}") from exc
         try:
             return await PersistentTopic.load(self, name, ml, policies)
         except BaseException:
@@ -309,10 +308,8 @@ class BrokerService:
         await self.factory.close()
         await self.client.close()
         if self._owns_store:
-            try:
+            with metadata_errors("closing the metadata store"):
                 await self.store.close()
-            except MetadataError as exc:
-                raise BrokerMetadataError(f"closing the metadata store: {exc}") from exc
         if self._server is not None:
             await self._server.wait_closed()
 

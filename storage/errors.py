@@ -299,3 +299,7 @@ class ManagedLedgerConfigError(ManagedLedgerError):
 @register(407)
 class CursorStateCorruptError(ManagedLedgerError):
     """A persisted cursor state cannot be decoded."""
+
+
+class ManagedLedgerStateError(ManagedLedgerError):
+    """A managed ledger or cursor was asked to make a state transition its table forbids (a bug, not an input)."""

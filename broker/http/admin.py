@@ -13,9 +13,7 @@ import json
 
 from aiohttp import web
 
-from broker.errors import (
-    BrokerError, InvalidBundleError, InvalidTopicNameError, NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError,
-)
+from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
 from broker.http.metrics import render_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
@@ -27,24 +25,17 @@ routes = web.RouteTableDef()
 
 
 def error_response(exc: Exception) -> web.Response:
-    if isinstance(exc, (InvalidTopicNameError, InvalidBundleError)):
-        status = 412
-    elif isinstance(exc, (NotFoundError, TopicNotFoundError, SubscriptionNotFoundError)):
-        status = 404
-    elif isinstance(exc, ConflictError):
-        status = 409
-    elif isinstance(exc, NotAllowedError):
-        status = 405
-    elif isinstance(exc, BadRequest):
-        status = 400
-    else:
-        status = 500
-    reason = str(exc) if isinstance(exc, BrokerError) or status == 400 else f"{type(exc).__name__}: {exc}"
-    return web.json_response({"reason": reason}, status=status)
+    """A broker error answers with its ``http_status`` (the ServerError table's, or its class's own, e.g. 409 for
+    ConflictError); anything else is a 500 that names the exception's type."""
+    if isinstance(exc, (BrokerError, BadRequest)):
+        return web.json_response({"reason": str(exc)}, status=exc.http_status)
+    return web.json_response({"reason": f"{type(exc).__name__}: {exc}"}, status=500)
 
 
 class BadRequest(Exception):
     """The request body is not what the route expects."""
+
+    http_status = 400
 
 
 async def _json(request, default=None):

@@ -43,7 +43,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from broker.errors import BrokerMetadataError, ServiceNotReadyError
+from broker.errors import BrokerMetadataError, ServiceNotReadyError, metadata_errors
 from broker.loadbalance.broker_choice import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
 from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
 from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
@@ -259,12 +259,11 @@ class Ownership:
 
     async def _node(self, path: str) -> tuple[BrokerInfo, int, int] | None:
         """The owner recorded at ``path``, the session that holds the node and its version; None when unowned."""
-        try:
-            data, stat = await self.store.get(path)
-        except NoNodeError:
-            return None
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"reading the owner of bundle {path}: {exc}") from exc
+        with metadata_errors(f"reading the owner of bundle {path}"):
+            try:
+                data, stat = await self.store.get(path)
+            except NoNodeError:
+                return None
         return BrokerInfo.from_json(json.loads(data)), stat.ephemeral_owner, stat.version
 
     async def owner_of(self, topic: TopicName) -> BrokerInfo | None:
@@ -280,25 +279,24 @@ class Ownership:
             if path in self.owned:
                 self.check_not_unloading(path)
                 return self.me
-            try:
-                await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
-            except NodeExistsError:
-                node = await self._node(path)
-                if node is None:  # released between our create and our read: try again
+            with metadata_errors(f"acquiring the bundle of {topic}"):
+                try:
+                    await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
+                except NodeExistsError:
+                    node = await self._node(path)
+                    if node is None:  # released between our create and our read: try again
+                        continue
+                    owner, session, _ = node
+                    if session == self.store.session_id:
+                        self._adopt(path)  # our own node, e.g. from before a restart of this object
+                        return self.me
+                    if owner.broker_id != self.me.broker_id:
+                        return owner
+                    # A previous incarnation of this broker (killed and restarted on the same address within its
+                    # session timeout): removed now when we hold the address, else it goes with that session.
+                    if not await self.free_if_owner_dead(path):
+                        raise ServiceNotReadyError(f"bundle {path} is still held by a previous session of this broker")
                     continue
-                owner, session, _ = node
-                if session == self.store.session_id:
-                    self._adopt(path)  # our own node, e.g. from before a restart of this object
-                    return self.me
-                if owner.broker_id != self.me.broker_id:
-                    return owner
-                # A previous incarnation of this broker (killed and restarted on the same address within its
-                # session timeout): removed now when we hold the address, else it goes with that session.
-                if not await self.free_if_owner_dead(path):
-                    raise ServiceNotReadyError(f"bundle {path} is still held by a previous session of this broker")
-                continue
-            except MetadataError as exc:
-                raise BrokerMetadataError(f"acquiring the bundle of {topic}: {exc}") from exc
             if await self._refresh(topic.namespace_name) and await self.path_of(topic) != path:
                 await self._delete(path)  # we took a bundle that a split has replaced: not a bundle any more
                 continue
@@ -352,14 +350,13 @@ class Ownership:
                 return True
             if again[1] != session:
                 continue
-            try:
-                await self.store.delete(path, again[2])
-            except NoNodeError:
-                return True
-            except BadVersionError:
-                continue
-            except MetadataError as exc:
-                raise BrokerMetadataError(f"taking bundle {path} over from broker {owner.broker_id}: {exc}") from exc
+            with metadata_errors(f"taking bundle {path} over from broker {owner.broker_id}"):
+                try:
+                    await self.store.delete(path, again[2])
+                except NoNodeError:
+                    return True
+                except BadVersionError:
+                    continue
             log.warning("broker %s removed bundle %s from broker %s (session 0x%x): %s", self.me.broker_id, path,
                         owner.broker_id, session, "a previous incarnation of this broker" if same_id
                         else "every advertised port refused a connection")
@@ -482,14 +479,13 @@ class Ownership:
             raise ConflictError(f"the bundles of {ns} kept changing during the split of {bundle_name(bundle)}; retry")
 
     async def _own_new(self, path: str) -> None:
-        try:
-            await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
-        except NodeExistsError:
-            node = await self._node(path)  # ours from an attempt that met a concurrent split, or someone else's
-            if node is not None and node[1] != self.store.session_id:
-                raise ConflictError(f"bundle {path} is already owned by broker {node[0].broker_id}") from None
-        except MetadataError as exc:
-            raise BrokerMetadataError(f"owning the new bundle {path}: {exc}") from exc
+        with metadata_errors(f"owning the new bundle {path}"):
+            try:
+                await self.store.create(path, json.dumps(self.me.to_json()).encode(), ephemeral=True, make_parents=True)
+            except NodeExistsError:
+                node = await self._node(path)  # ours from an attempt that met a concurrent split, or someone else's
+                if node is not None and node[1] != self.store.session_id:
+                    raise ConflictError(f"bundle {path} is already owned by broker {node[0].broker_id}") from None
 
     # ---- session ----------------------------------------------------------------------------
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.errors import ConsumerBusyError, NotAllowedError, PersistenceError, SubscriptionNotFoundError
+from broker.errors import ConsumerBusyError, NotAllowedError, SubscriptionNotFoundError, persistence_errors
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.key_shared import KeySharedDispatcher
 from broker.subscriptions.shared import SharedDispatcher
 from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
-from storage.errors import StorageError
 from storage.managed_ledger import Position
 
 log = logging.getLogger(__name__)
@@ -120,13 +119,11 @@ class Subscription:
         """Apply acks. ``ids`` holds (position, ack_set or None, batch_size); ack_set bits mark messages still unacked."""
         if cumulative and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
             raise NotAllowedError(f"cumulative ack is not allowed on a {self.type.name} subscription")
-        try:
+        with persistence_errors(f"ack on {self.name} failed"):
             if cumulative:
                 await self._ack_cumulative(consumer, *ids[-1])
             else:
                 await self._ack_individual(consumer, ids)
-        except StorageError as exc:
-            raise PersistenceError(f"ack on {self.name} failed: {exc}") from exc
         self.dispatcher.on_ack()
 
     async def _ack_individual(self, consumer: Consumer, ids) -> None:
@@ -206,10 +203,8 @@ class Subscription:
                 consumer.close()
             if self.dispatcher is not None:
                 await self.dispatcher.stop_for_reset()
-            try:
+            with persistence_errors(f"reset of {self.name} failed"):
                 await self.cursor.reset(position)
-            except StorageError as exc:
-                raise PersistenceError(f"reset of {self.name} failed: {exc}") from exc
         finally:
             if self.dispatcher is not None:
                 self.dispatcher.start()

@@ -19,7 +19,7 @@ import time
 
 from broker.errors import (
     BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
-    SubscriptionNotFoundError, TopicFencedError,
+    SubscriptionNotFoundError, TopicFencedError, from_storage,
 )
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
@@ -136,13 +136,9 @@ class PersistentTopic:
         self._idle.clear()
         try:
             position = await self.ml.add_entry(data)
-        except ManagedLedgerFencedError as exc:
-            self.dedup.forget_pushed(producer.name)
-            self.fenced(exc)
-            raise TopicFencedError(f"topic {self.name} moved to another broker") from exc
         except StorageError as exc:
             self.dedup.forget_pushed(producer.name)
-            raise PersistenceError(f"storing the message failed: {exc}") from exc
+            raise self._translated(exc, "storing the message failed") from exc
         finally:
             self._publishing -= 1
             if not self._publishing:
@@ -227,11 +223,16 @@ class PersistentTopic:
         """Run a managed-ledger operation, translating storage errors at the broker boundary."""
         try:
             return await awaitable
-        except ManagedLedgerFencedError as exc:
-            self.fenced(exc)
-            raise TopicFencedError(f"topic {self.name} moved to another broker") from exc
         except StorageError as exc:
-            raise PersistenceError(f"{self.name}: {exc}") from exc
+            raise self._translated(exc, str(self.name)) from exc
+
+    def _translated(self, exc: StorageError, doing: str) -> BrokerError:
+        """A fenced managed ledger means another broker took the topic over (the topic fences itself); any other
+        storage error goes through the broker's one translation."""
+        if isinstance(exc, ManagedLedgerFencedError):
+            self.fenced(exc)
+            return TopicFencedError(f"topic {self.name} moved to another broker")
+        return from_storage(exc, doing)
 
     # ---- queries ---------------------------------------------------------
 

@@ -10,17 +10,19 @@ The individually deleted entries are an ``AckRanges`` (runs per ledger,
 O(log n) membership) and batch-index acks a bitmask per entry, so neither a
 read nor an ack does work in proportion to the number of holes.
 
-Durability (Pulsar's scheme, without its cap): every change appends the
-whole state to the cursor's own ledger, as one or more chunk entries
-(cursor_state.py); the metadata store holds a snapshot naming that ledger.
-Changes made while a write is in flight are coalesced into the next write,
-and each caller's await returns once a write containing its change is
-durable. Restoring opens the cursor ledger with recovery (fencing any old
+Durability is cursor_ledger.py's: every change appends the whole state to
+the cursor's own ledger, the metadata store holds a snapshot naming that
+ledger, and changes made while a write is in flight are coalesced into the
+next write; each caller's await returns once a write containing its change
+is durable. Restoring opens the cursor ledger with recovery (fencing any old
 writer) and reads the last *complete* state from its tail, so the state
-comes back exactly, however many holes it has. The cursor ledger is replaced
-after ``cursor_max_entries_per_ledger`` entries or
-``cursor_max_size_per_ledger_mb``, and after any failed write (a state is
-never continued in a ledger where one of its chunks failed).
+comes back exactly, however many holes it has.
+
+Lifecycle: OPEN -> CLOSED -> DELETED (durable cursors), through the table in
+lifecycle.py: ``close`` and ``delete_persisted`` here are the only changes.
+The acknowledgement methods, ``seek``, ``rewind``, ``reset`` and reads change
+the positions and ack state; the cursor ledger and snapshot change only in
+CursorLedger. Ledgers are reached only through storage.client.api.
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import json
 import logging
 
 from storage.errors import (
-    BadVersionError, CursorNotFoundError, CursorStateCorruptError, ManagedLedgerClosedError, ManagedLedgerFencedError,
+    BadVersionError, CursorNotFoundError, ManagedLedgerClosedError, ManagedLedgerFencedError,
     NodeExistsError, NoNodeError, NoSuchLedgerError, StorageError,
 )
+from storage.client import api
 from storage.managed_ledger.ack_ranges import AckRanges
-from storage.managed_ledger.cursor_state import (
-    Chunk, CursorState, decode_state, encode_state, frame_chunks, join_chunks, mask_indexes, parse_entry,
-    previous_final_chunk, snapshot_doc, snapshot_is_complete, state_from_doc,
-)
+from storage.managed_ledger.cursor_ledger import CursorLedger, read_latest_state
+from storage.managed_ledger.cursor_state import CursorState, mask_indexes, snapshot_is_complete, state_from_doc
+from storage.managed_ledger.lifecycle import ManagedCursorState, cursor_lifecycle
+from storage.managed_ledger.metadata import ManagedLedgerInfo
 from storage.managed_ledger.position import Entry, InitialPosition, Position
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,21 @@ def fill_small_gaps(positions: list[Position], max_gap: int) -> list[Position]:
     return out
 
 
+def unconsumed_positions(info: ManagedLedgerInfo, deleted: AckRanges, start: Position, limit: int) -> list[Position]:
+    """Up to ``limit`` existing positions from ``start`` on that are not in ``deleted``: jumps over acked runs."""
+    wanted: list[Position] = []
+    for ledger in info.ledgers:
+        if ledger.ledger_id < start.ledger_id:
+            continue
+        first = start.entry_id if ledger.ledger_id == start.ledger_id else 0
+        for lo, hi in deleted.unacked_runs(ledger.ledger_id, first, ledger.entries):
+            take = min(hi - lo, limit - len(wanted))
+            wanted.extend(Position(ledger.ledger_id, e) for e in range(lo, lo + take))
+            if len(wanted) >= limit:
+                return wanted
+    return wanted
+
+
 class ManagedCursor:
     def __init__(self, ml, name: str | None, mark_delete: Position, *, durable: bool = True):
         self.ml = ml
@@ -69,16 +87,9 @@ class ManagedCursor:
         self.deleted = AckRanges()
         self.batch_deleted: dict[Position, int] = {}  # bitmask of acked batch indexes, for partly acked entries
         self.properties: dict[str, int] = {}
-        self._closed = False
-        self._ledger = None  # cursor ledger being written
-        self._ledger_entries = 0
-        self._ledger_bytes = 0
-        self._ledger_broken = False  # a chunk failed: the next state goes to a new ledger
+        self._lifecycle = cursor_lifecycle(f"cursor {name} of {ml.name}")
+        self._persistence = CursorLedger(self)
         self._seq = 0
-        self._old_ledger_id: int | None = None  # restored from; deleted once a new one is in the snapshot
-        self._node_version = -1
-        self._pending_flush: asyncio.Future | None = None
-        self._flusher: asyncio.Task | None = None
         self._trimmed_at: int | None = None  # the first ack after loading always offers a trim
 
     # ---- create / restore --------------------------------------------------------
@@ -88,10 +99,10 @@ class ManagedCursor:
         mark = ml.last_confirmed_entry if initial is InitialPosition.LATEST else ml.position_before(ml.first_position)
         cursor = cls(ml, name, mark)
         try:
-            await ml.store.create(ml.cursor_path(name), cursor._snapshot(-1), make_parents=True)
+            await ml.store.create(ml.cursor_path(name), cursor._persistence.snapshot(-1), make_parents=True)
         except NodeExistsError:
             return await cls.restore(ml, name)
-        cursor._node_version = 0
+        cursor._persistence.node_version = 0
         return cursor
 
     @classmethod
@@ -107,7 +118,7 @@ class ManagedCursor:
             try:
                 handle = await ml.client.open_ledger(ledger_id, recovery=True, password=ml.config.password)
                 try:
-                    latest = await _read_latest_state(handle)
+                    latest = await read_latest_state(handle)
                 finally:
                     await handle.close()
                 if latest is not None:
@@ -130,126 +141,41 @@ class ManagedCursor:
         cursor.properties = dict(state.properties)
         cursor._seq = state.seq
         cursor.read_position = ml.position_after(cursor.mark_delete_position)
-        cursor._old_ledger_id = ledger_id if ledger_id >= 0 else None
-        cursor._node_version = stat.version
+        cursor._persistence.old_ledger_id = ledger_id if ledger_id >= 0 else None
+        cursor._persistence.node_version = stat.version
         return cursor
 
     def _state(self) -> CursorState:
         return CursorState(self.mark_delete_position, self.deleted, self.batch_deleted, dict(self.properties), self._seq)
 
-    def _snapshot(self, ledger_id: int, state: dict | None = None) -> bytes:
-        if state is None:
-            state = self._snapshot_doc_of(self._state())
-        return json.dumps({"cursor_ledger": ledger_id, "state": state}).encode()
+    def _next_state(self) -> CursorState:
+        """The state to write next, numbered after the last one written."""
+        self._seq += 1
+        return self._state()
 
-    # ---- persistence -------------------------------------------------------------
+    # ---- persistence (cursor_ledger.py) -----------------------------------------------
 
     def _persist(self) -> asyncio.Future:
         """Schedule a durable write of the current state; the future resolves once it (or a later one) is stored."""
-        loop = asyncio.get_running_loop()
         if not self.durable:
-            fut = loop.create_future()
+            fut = asyncio.get_running_loop().create_future()
             fut.set_result(None)
             return fut
-        if self._pending_flush is None:
-            self._pending_flush = loop.create_future()
-        fut = self._pending_flush
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush_loop())
-        return fut
+        return self._persistence.persist()
 
-    async def _flush_loop(self) -> None:
-        while self._pending_flush is not None:
-            fut, self._pending_flush = self._pending_flush, None
-            try:
-                await self._write_state()
-            except BaseException as exc:
-                if not fut.done():
-                    fut.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-            else:
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def _write_state(self) -> None:
-        # Everything is taken from memory before the first await: later changes go into the next write.
-        c = self.ml.config
-        self._seq += 1
-        state = self._state()
-        chunks = frame_chunks(encode_state(state), state.seq, c.cursor_state_chunk_bytes)
-        size = sum(map(len, chunks))
-        if (self._ledger is None or self._ledger_broken or self._ledger_entries + len(chunks) > c.cursor_max_entries_per_ledger
-                or self._ledger_bytes + size > c.cursor_max_size_per_ledger_mb * 1024 * 1024):
-            snapshot = self._snapshot_doc_of(state)
-            await self._switch_ledger(chunks, size, snapshot)
-            return
-        await self._add_chunks(self._ledger, chunks)
-        self._ledger_entries += len(chunks)
-        self._ledger_bytes += size
-
-    def _snapshot_doc_of(self, state: CursorState) -> dict:
-        return snapshot_doc(state, self.ml.config.max_unacked_ranges_to_persist_in_metadata_store)
-
-    async def _add_chunks(self, ledger, chunks: list[bytes]) -> None:
-        hooks = self.ml.factory.hooks
-        try:
-            for index, chunk in enumerate(chunks):
-                await hooks.before_cursor_chunk(self, ledger.ledger_id, index, len(chunks))
-                await ledger.add_entry(chunk)
-        except BaseException:
-            if ledger is self._ledger:
-                self._ledger_broken = True
-            raise
-
-    async def _switch_ledger(self, chunks: list[bytes], size: int, snapshot: dict) -> None:
-        c = self.ml.config
-        new = await self.ml.client.create_ledger(c.ensemble_size, c.write_quorum_size, c.ack_quorum_size,
-                                                 password=c.password, custom={"managed-ledger-cursor": f"{self.ml.name}/{self.name}"})
-        try:
-            await self._add_chunks(new, chunks)
-        except StorageError:
-            await self._discard_ledger(new)
-            raise
-        try:
-            stat = await self.ml.store.set(self.ml.cursor_path(self.name), self._snapshot(new.ledger_id, snapshot), self._node_version)
-        except (BadVersionError, NoNodeError) as exc:
-            self.ml.fence(exc)
-            await self._discard_ledger(new)
-            raise ManagedLedgerFencedError(f"cursor {self.name} of {self.ml.name} changed under us") from exc
-        self._node_version = stat.version
-        old, self._ledger = self._ledger, new
-        self._ledger_entries, self._ledger_bytes, self._ledger_broken = len(chunks), size, False
-        stale = [old.ledger_id] if old is not None else []
-        if self._old_ledger_id is not None:
-            stale.append(self._old_ledger_id)
-            self._old_ledger_id = None
-        if old is not None:
-            try:
-                await old.close()
-            except StorageError:
-                pass
-        for ledger_id in stale:
-            try:
-                await self.ml.client.delete_ledger(ledger_id)
-            except StorageError as exc:
-                log.warning("deleting old cursor ledger %d: %s", ledger_id, exc)
-
-    async def _discard_ledger(self, handle) -> None:
-        """A new cursor ledger that never made it into the snapshot: nothing refers to it."""
-        try:
-            await handle.close()
-        except StorageError:
-            pass
-        try:
-            await self.ml.client.delete_ledger(handle.ledger_id)
-        except StorageError as exc:
-            log.warning("deleting unused cursor ledger %d: %s", handle.ledger_id, exc)
+    @property
+    def _ledger(self) -> api.WriteHandle | None:
+        """The cursor ledger being written."""
+        return self._persistence.ledger
 
     # ---- acknowledgements ------------------------------------------------------------
 
+    @property
+    def state(self) -> ManagedCursorState:
+        return self._lifecycle.state
+
     def _check(self) -> None:
-        if self._closed:
+        if self.state is not ManagedCursorState.OPEN:
             raise ManagedLedgerClosedError(f"cursor {self.name} of {self.ml.name} is closed")
         self.ml.check_open()
 
@@ -365,7 +291,7 @@ class ManagedCursor:
         if max_entries <= 0:
             return []
         start = self.ml.normalize(max(self.read_position, self.ml.position_after(self.mark_delete_position)))
-        wanted = self._unconsumed_from(start, max_entries)
+        wanted = unconsumed_positions(self.ml.info, self.deleted, start, max_entries)
         if not wanted:
             self.read_position = self.ml.next_position  # everything left is acknowledged
             return []
@@ -377,20 +303,6 @@ class ManagedCursor:
         if self.read_position == began_at and entries:  # a seek during the read wins
             self.read_position = self.ml.position_after(entries[-1].position)
         return entries
-
-    def _unconsumed_from(self, start: Position, limit: int) -> list[Position]:
-        """Up to ``limit`` existing positions from ``start`` on that are not acknowledged: jumps over acked runs."""
-        wanted: list[Position] = []
-        for info in self.ml.info.ledgers:
-            if info.ledger_id < start.ledger_id:
-                continue
-            first = start.entry_id if info.ledger_id == start.ledger_id else 0
-            for lo, hi in self.deleted.unacked_runs(info.ledger_id, first, info.entries):
-                take = min(hi - lo, limit - len(wanted))
-                wanted.extend(Position(info.ledger_id, e) for e in range(lo, lo + take))
-                if len(wanted) >= limit:
-                    return wanted
-        return wanted
 
     async def wait_for_entries(self) -> None:
         """Return once an entry exists at or after the read position; reads nothing, so cancelling is harmless."""
@@ -446,27 +358,22 @@ class ManagedCursor:
     # ---- lifecycle ----------------------------------------------------------------
 
     async def close(self) -> None:
-        if self._closed:
+        if self.state is not ManagedCursorState.OPEN:
             return
-        if self._flusher is not None and not self._flusher.done():
-            try:
-                await self._flusher
-            except (StorageError, asyncio.CancelledError):
-                pass
-        self._closed = True
+        await self._persistence.wait_flushed()
+        if self.state is ManagedCursorState.OPEN:  # a concurrent close may have got here first
+            self._lifecycle.to(ManagedCursorState.CLOSED)
         if not self.durable:
             self.ml.forget_non_durable(self)
-        if self._ledger is not None:
-            try:
-                await self._ledger.close()
-            except StorageError:
-                pass
+        await self._persistence.close()
 
     async def delete_persisted(self) -> None:
+        if self.state is ManagedCursorState.DELETED:
+            return
         await self.close()
         if not self.durable:
             return
-        ids = [lid for lid in (self._ledger.ledger_id if self._ledger else None, self._old_ledger_id) if lid is not None]
+        ids = self._persistence.ledger_ids()
         try:
             data, _ = await self.ml.store.get(self.ml.cursor_path(self.name))
             ids.append(json.loads(data).get("cursor_ledger", -1))
@@ -478,28 +385,5 @@ class ManagedCursor:
                 await self.ml.client.delete_ledger(ledger_id)
             except StorageError:
                 pass
-
-
-async def _read_latest_state(handle) -> CursorState | None:
-    """The last complete state in a cursor ledger (None if it has none); see cursor_state.py for the walk."""
-    entry_id = handle.last_add_confirmed
-    while entry_id >= 0:
-        last = parse_entry((await handle.read_entry(entry_id)).payload)
-        if isinstance(last, CursorState):
-            return last  # format 1: one entry, one state
-        if last.index != last.count - 1:
-            entry_id = previous_final_chunk(entry_id, last)
-            continue
-        first = entry_id - last.count + 1
-        if first < 0:
-            raise CursorStateCorruptError(f"cursor ledger {handle.ledger_id}: state {last.seq} has {last.count} chunks "
-                                       f"but only {entry_id + 1} entries precede it")
-        chunks: list[Chunk] = []
-        if first < entry_id:
-            for entry in await handle.read_entries(first, entry_id - 1):
-                chunk = parse_entry(entry.payload)
-                if not isinstance(chunk, Chunk):
-                    raise CursorStateCorruptError(f"cursor ledger {handle.ledger_id}: entry {entry.entry_id} is not a chunk")
-                chunks.append(chunk)
-        return decode_state(join_chunks([*chunks, last]))
-    return None
+        if self.state is ManagedCursorState.CLOSED:
+            self._lifecycle.to(ManagedCursorState.DELETED)

@@ -1,5 +1,8 @@
 """ManagedLedgerFactory: opens managed ledgers by name and is the context (store, ledger client, clock, hooks).
 
+The ledger client is any storage.client.api.LedgerClient: the real one, or
+storage.client.memory for tests that need no bookies.
+
 One factory per process serves every topic: ``open`` shares a managed
 ledger between concurrent callers and never opens the same name twice.
 ``hooks`` is the seam for scripted faults in tests (e.g. stopping between
@@ -12,6 +15,7 @@ import asyncio
 import logging
 import time
 
+from storage.client import api
 from storage.errors import NoNodeError, StorageError
 from storage.managed_ledger.config import ManagedLedgerConfig
 from storage.managed_ledger.ledger import ManagedLedger
@@ -33,7 +37,7 @@ class Hooks:
 
 
 class ManagedLedgerFactory:
-    def __init__(self, store, client, *, clock=time.time, hooks: Hooks | None = None):
+    def __init__(self, store, client: api.LedgerClient, *, clock=time.time, hooks: Hooks | None = None):
         self.store = store
         self.client = client
         self.clock = clock

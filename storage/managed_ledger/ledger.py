@@ -9,69 +9,64 @@ How it works:
   conditional write. A version conflict on any later write of the list means
   another owner has taken over: the managed ledger is then **fenced** and
   every operation raises ManagedLedgerFencedError.
-- **Adds** go straight to the current ledger's pipelined writer, so they
-  complete in the order they were made. When the current ledger is full
-  (entries, bytes or age, Pulsar's rules) or a write fails, new adds queue,
-  the ledger is closed, a new one is created and the queued adds -- first
-  the failed ones, in their order -- go to it.
+- **Adds and rollover** are the add pipeline's (add_pipeline.py).
 - **Trimming** removes whole ledgers that every durable cursor has consumed
-  and retention no longer keeps: one conditional write moves them to
-  ``pending_deletion``, then they are deleted from the ledger store, then a
-  second write forgets them. A crash in between is finished on the next open.
+  and retention no longer keeps (the decision: trimming.py): one conditional
+  write moves them to ``pending_deletion``, then they are deleted from the
+  ledger store, then a second write forgets them. A crash in between is
+  finished on the next open.
 - **Reads** come from the entry cache when possible (recent adds), else
   from the bookies through a read handle per ledger.
+- **Positions** (the first entry, the one after another, ...) are answered by
+  the ledger list, ManagedLedgerInfo (metadata.py); the methods here pass on.
+
+What may change its state: the lifecycle (OPENING / OPEN / FENCED / CLOSED /
+DELETED) moves only through the table in lifecycle.py, from ``open``,
+``fence``, ``close`` and ``delete`` here. The ledger list changes on open,
+in the add pipeline (new ledger, entries added) and in ``trim``. It talks to
+the ledger store only through storage.client.api.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 
+from storage.client import api
 from storage.errors import (
-    BadVersionError, LedgerFencedError, ManagedLedgerClosedError, ManagedLedgerFencedError, MetadataError,
-    NodeExistsError, NoNodeError, NoSuchLedgerError, StorageError,
+    BadVersionError, ManagedLedgerClosedError, ManagedLedgerFencedError, MetadataError, NodeExistsError, NoNodeError,
+    NoSuchLedgerError,
 )
+from storage.managed_ledger.add_pipeline import AddPipeline
 from storage.managed_ledger.cache import EntryCache
 from storage.managed_ledger.config import ManagedLedgerConfig
-from storage.managed_ledger.metadata import LedgerInfo, ManagedLedgerInfo, cursor_path, ledger_path, unquote_cursor
+from storage.managed_ledger.lifecycle import ManagedLedgerState, managed_ledger_lifecycle
+from storage.managed_ledger.metadata import ManagedLedgerInfo, cursor_path, ledger_path, unquote_cursor
 from storage.managed_ledger.position import Entry, InitialPosition, Position
+from storage.managed_ledger.trimming import Retention, ledgers_to_trim
 
 log = logging.getLogger(__name__)
 
-MAX_ADD_ATTEMPTS = 3
-
-
-class _OpAdd:
-    __slots__ = ("data", "future", "attempts")
-
-    def __init__(self, data: bytes, future: asyncio.Future):
-        self.data = data
-        self.future = future
-        self.attempts = 0
+_OPEN, _FENCED, _CLOSED, _DELETED = (ManagedLedgerState.OPEN, ManagedLedgerState.FENCED, ManagedLedgerState.CLOSED,
+                                     ManagedLedgerState.DELETED)
 
 
 class ManagedLedger:
     def __init__(self, factory, name: str, config: ManagedLedgerConfig):
         self.factory = factory
         self.store = factory.store
-        self.client = factory.client
+        self.client: api.LedgerClient = factory.client
         self.clock = factory.clock
         self.name = name
         self.config = config
         self.path = ledger_path(name)
         self.info = ManagedLedgerInfo()
         self._version = -1
-        self._current = None  # LedgerHandle being written
-        self._queued: deque[_OpAdd] = deque()  # waiting for a writable ledger
-        self._inflight: deque[_OpAdd] = deque()  # pushed to the current ledger, in order
-        self._retry: list[_OpAdd] = []
-        self._drained: asyncio.Future | None = None
-        self._rolling: asyncio.Task | None = None
-        self._read_handles: dict[int, object] = {}
+        self._adds = AddPipeline(self)
+        self._read_handles: dict[int, api.ReadHandle] = {}
         self._waiters: list[asyncio.Future] = []
         self._meta_lock = asyncio.Lock()
-        self._state = "opening"
+        self._lifecycle = managed_ledger_lifecycle(name)
         self.cursors: dict = {}
         self._non_durable: set = set()
         self.cache = EntryCache(int(config.cache_size_mb * 1024 * 1024))
@@ -92,12 +87,16 @@ class ManagedLedger:
         self.info, self._version = ManagedLedgerInfo.from_bytes(data), stat.version
         if self.info.ledgers:
             await self._recover_last_ledger()
-        await self._create_ledger()
+        await self._adds.create_ledger()
         await self._finish_pending_deletions()
-        self._state = "open"
-        self._refresh_last_confirmed()
+        self._lifecycle.to(_OPEN)
+        self.last_confirmed_entry = self.info.last_confirmed()
         await self._load_cursors()
         return self
+
+    @property
+    def state(self) -> ManagedLedgerState:
+        return self._lifecycle.state
 
     async def _recover_last_ledger(self) -> None:
         last = self.info.ledgers[-1]
@@ -139,106 +138,29 @@ class ManagedLedger:
             self._version = stat.version
 
     def fence(self, exc: BaseException) -> None:
-        if self._state == "fenced":
+        """Another owner took over: fail every add in flight or queued, and every later operation."""
+        if self.state is _FENCED:
             return
         log.warning("managed ledger %s fenced: %s", self.name, exc)
-        self._state = "fenced"
-        err = ManagedLedgerFencedError(f"{self.name} is fenced: {exc}")
-        for op in [*self._inflight, *self._queued, *self._retry]:
-            if not op.future.done():
-                op.future.set_exception(err)
-        self._inflight.clear()
-        self._queued.clear()
-        self._retry.clear()
+        if self._lifecycle.can(_FENCED):
+            self._lifecycle.to(_FENCED)
+        self._adds.fail_all(ManagedLedgerFencedError(f"{self.name} is fenced: {exc}"))
         self._wake_waiters()
 
     def _check_not_fenced(self) -> None:
-        if self._state == "fenced":
+        if self.state is _FENCED:
             raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner took it over")
 
     def check_open(self) -> None:
         self._check_not_fenced()
-        if self._state == "closed":
-            raise ManagedLedgerClosedError(f"{self.name} is closed")
+        if self.state is _CLOSED or self.state is _DELETED:
+            raise ManagedLedgerClosedError(f"{self.name} is {self.state.value}")
 
-    # ---- ledgers ---------------------------------------------------------------
-
-    async def _create_ledger(self) -> None:
-        c = self.config
-        handle = await self.client.create_ledger(
-            c.ensemble_size, c.write_quorum_size, c.ack_quorum_size, password=c.password,
-            custom={"managed-ledger": self.name})
-        self.info.ledgers.append(LedgerInfo(handle.ledger_id, 0, 0, self.clock()))
-        try:
-            await self.write_info()
-        except BaseException:
-            self.info.ledgers.pop()
-            try:
-                await handle.close()
-                await self.client.delete_ledger(handle.ledger_id)
-            except StorageError:
-                pass
-            raise
-        self._current = handle
+    # ---- adds ------------------------------------------------------------------
 
     @property
     def current_ledger_id(self) -> int:
         return self.info.ledgers[-1].ledger_id if self.info.ledgers else -1
-
-    def _should_roll(self) -> bool:
-        info = self.info.ledgers[-1]
-        age = self.clock() - info.timestamp
-        full = info.entries >= self.config.max_entries_per_ledger or info.size >= self.config.max_size_per_ledger_bytes
-        return info.entries > 0 and ((full and age >= self.config.min_ledger_rollover_time_s)
-                                     or age >= self.config.max_ledger_rollover_time_s)
-
-    def _start_rollover(self) -> None:
-        if self._rolling is None and self._state == "open":
-            self._rolling = asyncio.get_running_loop().create_task(self._rollover())
-
-    async def _rollover(self) -> None:
-        old, self._current = self._current, None  # new adds queue from here on
-        try:
-            if self._inflight:
-                self._drained = asyncio.get_running_loop().create_future()
-                await self._drained
-            if old is not None:
-                await self._close_written_ledger(old)
-            self._queued.extendleft(reversed(self._retry))
-            self._retry.clear()
-            await self._create_ledger()
-            while self._queued and self._current is not None and not self._full_when_pushed():
-                self._push(self._queued.popleft())
-            if self.cursors:  # they may have consumed all of the ledger just closed (with none, the timer trims)
-                self.factory.spawn(self.trim())
-        except ManagedLedgerFencedError as exc:
-            self.fence(exc)
-        except StorageError as exc:
-            log.warning("managed ledger %s could not start a new ledger: %s", self.name, exc)
-            while self._queued:
-                op = self._queued.popleft()
-                if not op.future.done():
-                    op.future.set_exception(exc)
-        finally:
-            self._rolling = None
-        if self._queued and self._state == "open":
-            self._start_rollover()  # the new ledger filled up (or could not be made): the rest go to the next
-
-    async def _close_written_ledger(self, handle) -> None:
-        info = self.info.ledgers[-1]
-        try:
-            await handle.close()
-        except LedgerFencedError as exc:
-            self.fence(exc)
-            raise ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} was fenced") from exc
-        except StorageError as exc:
-            log.warning("closing ledger %d of %s: %s", handle.ledger_id, self.name, exc)
-        info.entries = handle.last_add_confirmed + 1
-        if info.entries == 0:
-            self.info.ledgers.pop()
-            self.info.pending_deletion.append(handle.ledger_id)
-
-    # ---- adds ------------------------------------------------------------------
 
     async def add_entry(self, data: bytes) -> Position:
         """Append one entry; returns its position once Qa bookies have it. Adds complete in call order.
@@ -247,144 +169,59 @@ class ManagedLedger:
         or the ledger store's error when no ledger could take the entry.
         """
         self.check_open()
-        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
-        if self._current is not None and self._rolling is None and not self._queued and not self._full_when_pushed():
-            self._push(op)
-        else:
-            self._queued.append(op)
-            if self._rolling is None:
-                self._start_rollover()
-        return await op.future
+        return await self._adds.add(data)
 
-    def _full_when_pushed(self) -> bool:
-        """Counting adds in flight, would the current ledger be over its entry or size quota?"""
-        info = self.info.ledgers[-1]
-        if self.clock() - info.timestamp < self.config.min_ledger_rollover_time_s:
-            return False
-        pushed_bytes = info.size + sum(len(op.data) for op in self._inflight) if self._inflight else info.size
-        return (info.entries + len(self._inflight) >= self.config.max_entries_per_ledger
-                or pushed_bytes >= self.config.max_size_per_ledger_bytes)
+    def _record_add(self, position: Position, data: bytes) -> None:
+        """An add was acknowledged (called by the add pipeline, in order)."""
+        self.last_confirmed_entry = position
+        self.cache.insert(position, data)
+        self.stats["entries_added"] += 1
+        self.stats["bytes_added"] += len(data)
 
-    def _push(self, op: _OpAdd) -> None:
-        handle = self._current
-        op.attempts += 1
-        self._inflight.append(op)
-        handle.add_entry_async(op.data).add_done_callback(lambda f, op=op, h=handle: self._add_done(op, h, f))
+    def _after_rollover(self) -> None:
+        if self.cursors:  # they may have consumed all of the ledger just closed (with none, the timer trims)
+            self.factory.spawn(self.trim())
 
-    def _add_done(self, op: _OpAdd, handle, fut: asyncio.Future) -> None:
-        if op in self._inflight:
-            self._inflight.remove(op)
-        if self._state == "fenced":
-            return
-        exc = ManagedLedgerClosedError(f"{self.name} closed") if fut.cancelled() else fut.exception()
-        if exc is None:
-            position = Position(handle.ledger_id, fut.result())
-            info = self.info.ledgers[-1]
-            info.entries += 1
-            info.size += len(op.data)
-            self.last_confirmed_entry = position
-            self.cache.insert(position, op.data)
-            self.stats["entries_added"] += 1
-            self.stats["bytes_added"] += len(op.data)
-            if not op.future.done():
-                op.future.set_result(position)
-            self._wake_waiters()
-            if self._current is handle and self._should_roll():
-                self._start_rollover()
-        elif isinstance(exc, LedgerFencedError):
-            self.fence(exc)
-            if not op.future.done():
-                op.future.set_exception(ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} was fenced"))
-        elif op.attempts >= MAX_ADD_ATTEMPTS:
-            if not op.future.done():
-                op.future.set_exception(exc)
-        else:
-            self._retry.append(op)  # failures arrive in order: the retry list keeps it
-            if self._current is handle:
-                self._start_rollover()
-        if not self._inflight and self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    # ---- positions ---------------------------------------------------------------
+    # ---- positions: the ledger list answers (ManagedLedgerInfo) --------------------
 
     def ledger_entries(self, ledger_id: int) -> int:
-        for info in self.info.ledgers:
-            if info.ledger_id == ledger_id:
-                return info.entries
-        return 0
-
-    def _refresh_last_confirmed(self) -> None:
-        for info in reversed(self.info.ledgers):
-            if info.entries > 0:
-                self.last_confirmed_entry = Position(info.ledger_id, info.entries - 1)
-                return
-        first = self.info.ledgers[0].ledger_id if self.info.ledgers else -1
-        self.last_confirmed_entry = Position(first, -1)
+        return self.info.ledger_entries(ledger_id)
 
     def normalize(self, position: Position) -> Position:
         """The first existing entry at or after ``position``, else the position the next add will take."""
-        for info in self.info.ledgers:
-            if info.ledger_id > position.ledger_id and info.entries > 0:
-                return Position(info.ledger_id, 0)
-            if info.ledger_id == position.ledger_id and max(position.entry_id, 0) < info.entries:
-                return Position(info.ledger_id, max(position.entry_id, 0))
-        return self.next_position
+        return self.info.normalize(position)
 
     @property
     def next_position(self) -> Position:
         """Where the next entry will be (the end of the log)."""
-        last = self.info.ledgers[-1]
-        return Position(last.ledger_id, last.entries)
+        return self.info.next_position
 
     @property
     def first_position(self) -> Position:
-        return self.normalize(Position(-1, 0))
+        return self.info.first_position
 
     def position_after(self, position: Position) -> Position:
-        return self.normalize(Position(position.ledger_id, position.entry_id + 1))
+        return self.info.position_after(position)
 
     def position_before(self, position: Position) -> Position:
         """The entry just before ``position`` (``(L, -1)`` of the first ledger when there is none)."""
-        previous = None
-        for info in self.info.ledgers:
-            if info.ledger_id == position.ledger_id and position.entry_id > 0:
-                return Position(info.ledger_id, min(position.entry_id, info.entries) - 1)
-            if info.ledger_id >= position.ledger_id:
-                break
-            if info.entries > 0:
-                previous = Position(info.ledger_id, info.entries - 1)
-        return previous or Position(self.info.ledgers[0].ledger_id, -1)
+        return self.info.position_before(position)
 
     def entries_between(self, after: Position, upto: Position) -> int:
         """How many entries lie in (after, upto]."""
-        count = 0
-        for info in self.info.ledgers:
-            lo = 0 if info.ledger_id > after.ledger_id else (after.entry_id + 1 if info.ledger_id == after.ledger_id else info.entries)
-            hi = info.entries - 1 if info.ledger_id < upto.ledger_id else (upto.entry_id if info.ledger_id == upto.ledger_id else -1)
-            if hi >= lo:
-                count += hi - lo + 1
-        return count
+        return self.info.entries_between(after, upto)
 
-    def positions_from(self, start: Position, limit: int):
-        """Yield up to ``limit`` existing positions from ``start`` on, in order."""
-        position = self.normalize(start)
-        for info in self.info.ledgers:
-            if info.ledger_id < position.ledger_id:
-                continue
-            first = position.entry_id if info.ledger_id == position.ledger_id else 0
-            for entry_id in range(first, info.entries):
-                if limit <= 0:
-                    return
-                yield Position(info.ledger_id, entry_id)
-                limit -= 1
+    def position_at_index(self, index: int) -> Position | None:
+        """The ``index``-th existing entry (0 = the first), or None past the end."""
+        return self.info.position_at_index(index)
 
     @property
     def number_of_entries(self) -> int:
-        return sum(info.entries for info in self.info.ledgers)
+        return self.info.number_of_entries
 
     @property
     def total_size(self) -> int:
-        return sum(info.size for info in self.info.ledgers)
+        return self.info.total_size
 
     @property
     def properties(self) -> dict:
@@ -411,14 +248,6 @@ class ManagedLedger:
             i = j + 1
         return out
 
-    def position_at_index(self, index: int) -> Position | None:
-        """The ``index``-th existing entry (0 = the first), or None past the end."""
-        for info in self.info.ledgers:
-            if index < info.entries:
-                return Position(info.ledger_id, index)
-            index -= info.entries
-        return None
-
     async def _read_run(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         cached = [self.cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
         if all(d is not None for d in cached):
@@ -431,12 +260,12 @@ class ManagedLedger:
         self.stats["entries_read"] += len(entries)
         return [Entry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
 
-    async def _read_handle(self, ledger_id: int):
-        current = self._current
+    async def _read_handle(self, ledger_id: int) -> api.ReadHandle:
+        current = self._adds.current
         if current is not None and current.ledger_id == ledger_id:
             return current
-        if ledger_id == self.current_ledger_id and self._rolling is not None:
-            await asyncio.shield(self._rolling)
+        if ledger_id == self.current_ledger_id and self._adds.rolling is not None:
+            await asyncio.shield(self._adds.rolling)
             return await self._read_handle(ledger_id)
         handle = self._read_handles.get(ledger_id)
         if handle is None:
@@ -503,25 +332,10 @@ class ManagedLedger:
 
     async def trim(self) -> None:
         """Delete consumed ledgers beyond retention (never the current one); also rolls an over-age ledger."""
-        if self._state != "open":
+        if self.state is not _OPEN:
             return
-        if self._current is not None and self._should_roll():
-            self._start_rollover()
-        slowest = self.slowest_mark_delete()
-        now = self.clock()
-        total = self.total_size
-        retention_s, retention_bytes = self.config.retention_time_s, self.config.retention_size_mb * 1024 * 1024
-        doomed: list[LedgerInfo] = []
-        for info in self.info.ledgers[:-1]:
-            consumed = slowest is None or slowest >= Position(info.ledger_id, info.entries - 1)
-            if not consumed:
-                break
-            expired = retention_s >= 0 and now - info.timestamp > retention_s
-            over_size = retention_bytes >= 0 and total - info.size >= retention_bytes
-            if not (expired or over_size):
-                break
-            doomed.append(info)
-            total -= info.size
+        self._adds.roll_if_due()
+        doomed = ledgers_to_trim(self.info, self.slowest_mark_delete(), self.clock(), Retention.of(self.config))
         if not doomed:
             return
         ids = [i.ledger_id for i in doomed]
@@ -550,29 +364,25 @@ class ManagedLedger:
     # ---- lifecycle -----------------------------------------------------------------
 
     async def close(self) -> None:
-        if self._state in ("closed",):
+        if self.state is _CLOSED or self.state is _DELETED:
             return
-        fenced = self._state == "fenced"
-        self._state = "closed"
+        fenced = self.state is _FENCED
+        self._lifecycle.to(_CLOSED)
         self._wake_waiters()
         for cursor in list(self.cursors.values()) + list(self._non_durable):
             await cursor.close()
-        if self._rolling is not None:
-            self._rolling.cancel()
+        self._adds.cancel_rollover()
         for handle in list(self._read_handles.values()):
             await handle.close()
         self._read_handles.clear()
-        if self._current is not None and not fenced:
-            try:
-                await self._current.close()
-            except StorageError as exc:
-                log.warning("closing the current ledger of %s: %s", self.name, exc)
-        self._current = None
+        await self._adds.close_current(fenced)
         self.cache.clear()
         self.factory.forget(self)
 
     async def delete(self) -> None:
         """Delete every ledger, cursor ledger and the metadata of this managed ledger."""
+        if self.state is _DELETED:
+            return
         cursors = list(self.cursors.values())
         ledger_ids = [i.ledger_id for i in self.info.ledgers] + list(self.info.pending_deletion)
         await self.close()
@@ -587,6 +397,7 @@ class ManagedLedger:
             await self.store.delete_recursive(self.path)
         except MetadataError as exc:
             log.warning("deleting the metadata of %s: %s", self.name, exc)
+        self._lifecycle.to(_DELETED)
 
     def cursor_path(self, cursor_name: str) -> str:
         return cursor_path(self.name, cursor_name)

@@ -42,8 +42,8 @@ class ScriptedChunks(Hooks):
         await self.resume
 
 
-async def _open(cluster, name, config=CHUNKED, **kw):
-    factory = ManagedLedgerFactory(cluster.store, await cluster.client(), **kw)
+async def _open(ledgers, name, config=CHUNKED, **kw):
+    factory = ManagedLedgerFactory(ledgers.store, await ledgers.client(), **kw)
     return factory, await factory.open(name, config)
 
 
@@ -71,14 +71,14 @@ async def _last_chunk(factory, cursor_ledger: int) -> Chunk:
         await reader.close()
 
 
-async def _snapshot(cluster, ml, name) -> dict:
-    data, _ = await cluster.store.get(ml.cursor_path(name))
+async def _snapshot(ledgers, ml, name) -> dict:
+    data, _ = await ledgers.store.get(ml.cursor_path(name))
     return json.loads(data)
 
 
-async def test_hundreds_of_holes_span_many_chunks_and_come_back_exactly(cluster):
-    await cluster.start_bookies(3)
-    factory, ml = await _open(cluster, "t/ns/persistent/chunked")
+async def test_hundreds_of_holes_span_many_chunks_and_come_back_exactly(ledgers):
+    await ledgers.start_bookies(3)
+    factory, ml = await _open(ledgers, "t/ns/persistent/chunked")
     positions = await _fill(ml, 3000)  # ten ledgers of 300
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     rng = random.Random(7)
@@ -88,11 +88,11 @@ async def test_hundreds_of_holes_span_many_chunks_and_come_back_exactly(cluster)
     await cursor.delete_batch_indexes(positions[3], {0, 5, 63, 64}, batch_size=100)
     before = _picture(cursor)
     assert len(before[1]) > 500, "hundreds of separate ranges"
-    snapshot = await _snapshot(cluster, ml, "sub")
+    snapshot = await _snapshot(ledgers, ml, "sub")
     chunk = await _last_chunk(factory, snapshot["cursor_ledger"])
     assert chunk.count > 3, "the state is split over several entries"
 
-    _, ml2 = await _open(cluster, "t/ns/persistent/chunked")  # a new owner; the old one never closed (a crash)
+    _, ml2 = await _open(ledgers, "t/ns/persistent/chunked")  # a new owner; the old one never closed (a crash)
     restored = ml2.cursors["sub"]
     assert _picture(restored) == before
     assert restored.batch_deleted_indexes(positions[3]) == frozenset({0, 5, 63, 64})
@@ -103,10 +103,10 @@ async def test_hundreds_of_holes_span_many_chunks_and_come_back_exactly(cluster)
     assert got == unacked, "every unacked entry is read once, no acked one"
 
 
-async def test_a_crash_between_chunks_restores_the_last_complete_state(cluster):
-    await cluster.start_bookies(3)
+async def test_a_crash_between_chunks_restores_the_last_complete_state(ledgers):
+    await ledgers.start_bookies(3)
     hooks = ScriptedChunks()
-    _, ml = await _open(cluster, "t/ns/persistent/torn", hooks=hooks)
+    _, ml = await _open(ledgers, "t/ns/persistent/torn", hooks=hooks)
     positions = await _fill(ml, 2000)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete(_scatter(positions[1:1000], 1))  # state A, several chunks
@@ -115,7 +115,7 @@ async def test_a_crash_between_chunks_restores_the_last_complete_state(cluster):
     torn = cursor.delete(_scatter(positions[1000:], 2))  # state B: dies after two of its chunks
     ledger_id, count = await asyncio.wait_for(hooks.reached, 10)
     assert count > 2 and ledger_id == cursor._ledger.ledger_id, "B goes behind A in the same cursor ledger"
-    _, ml2 = await _open(cluster, "t/ns/persistent/torn")
+    _, ml2 = await _open(ledgers, "t/ns/persistent/torn")
     restored = ml2.cursors["sub"]
     assert _picture(restored) == complete, "state A exactly: nothing of the torn state B"
     hooks.resume.set_result(None)
@@ -124,73 +124,73 @@ async def test_a_crash_between_chunks_restores_the_last_complete_state(cluster):
     # the new owner writes after the torn chunks; a third owner restores what it wrote
     await restored.delete([positions[0]])
     expected = _picture(restored)
-    _, ml3 = await _open(cluster, "t/ns/persistent/torn")
+    _, ml3 = await _open(ledgers, "t/ns/persistent/torn")
     assert _picture(ml3.cursors["sub"]) == expected
 
 
-async def test_a_crash_while_moving_to_a_new_cursor_ledger_keeps_the_old_one(cluster):
-    await cluster.start_bookies(3)
+async def test_a_crash_while_moving_to_a_new_cursor_ledger_keeps_the_old_one(ledgers):
+    await ledgers.start_bookies(3)
     hooks = ScriptedChunks()
     # about 1 KB per cursor ledger: the second state never fits behind the first
     config = ManagedLedgerConfig(**{**CHUNKED.__dict__, "cursor_max_size_per_ledger_mb": 0.001})
-    _, ml = await _open(cluster, "t/ns/persistent/switch", config, hooks=hooks)
+    _, ml = await _open(ledgers, "t/ns/persistent/switch", config, hooks=hooks)
     positions = await _fill(ml, 2000)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete(_scatter(positions[1:1000], 3))
-    first_ledger = (await _snapshot(cluster, ml, "sub"))["cursor_ledger"]
+    first_ledger = (await _snapshot(ledgers, ml, "sub"))["cursor_ledger"]
     complete = _picture(cursor)
     hooks.arm(1)
     moving = cursor.delete(_scatter(positions[1000:], 4))  # too big for what is left of the ledger: a new one
     ledger_id, _ = await asyncio.wait_for(hooks.reached, 10)
     assert ledger_id != first_ledger, "the state goes to a new cursor ledger"
-    assert (await _snapshot(cluster, ml, "sub"))["cursor_ledger"] == first_ledger
-    _, ml2 = await _open(cluster, "t/ns/persistent/switch")
+    assert (await _snapshot(ledgers, ml, "sub"))["cursor_ledger"] == first_ledger
+    _, ml2 = await _open(ledgers, "t/ns/persistent/switch")
     assert _picture(ml2.cursors["sub"]) == complete
     hooks.resume.set_result(None)
     with pytest.raises(StorageError):
         await moving
 
 
-async def test_a_failed_chunk_sends_the_next_state_to_a_new_ledger(cluster):
-    await cluster.start_bookies(3)
+async def test_a_failed_chunk_sends_the_next_state_to_a_new_ledger(ledgers):
+    await ledgers.start_bookies(3)
     hooks = ScriptedChunks()
-    factory, ml = await _open(cluster, "t/ns/persistent/failed-chunk", hooks=hooks)
+    factory, ml = await _open(ledgers, "t/ns/persistent/failed-chunk", hooks=hooks)
     positions = await _fill(ml, 2000)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete(_scatter(positions[1:1000], 5))
-    ledger_before = (await _snapshot(cluster, ml, "sub"))["cursor_ledger"]
+    ledger_before = (await _snapshot(ledgers, ml, "sub"))["cursor_ledger"]
     hooks.arm(1, fail=StorageError("bookie write failed"))
     with pytest.raises(StorageError):
         await cursor.delete(_scatter(positions[1000:], 6))
     await cursor.delete([positions[0]])  # retried in full, in a fresh ledger
-    assert (await _snapshot(cluster, ml, "sub"))["cursor_ledger"] != ledger_before
+    assert (await _snapshot(ledgers, ml, "sub"))["cursor_ledger"] != ledger_before
     expected = _picture(cursor)
-    _, ml2 = await _open(cluster, "t/ns/persistent/failed-chunk")
+    _, ml2 = await _open(ledgers, "t/ns/persistent/failed-chunk")
     assert _picture(ml2.cursors["sub"]) == expected
 
 
-async def test_the_snapshot_holds_the_ranges_only_when_small(cluster):
-    await cluster.start_bookies(3)
+async def test_the_snapshot_holds_the_ranges_only_when_small(ledgers):
+    await ledgers.start_bookies(3)
     config = ManagedLedgerConfig(**{**CHUNKED.__dict__, "cursor_max_entries_per_ledger": 1})
-    factory, ml = await _open(cluster, "t/ns/persistent/snapshot", config)
+    factory, ml = await _open(ledgers, "t/ns/persistent/snapshot", config)
     positions = await _fill(ml, 40)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete(positions[1:8:2])  # 4 ranges: each write moves to a new ledger and rewrites the snapshot
-    snapshot = (await _snapshot(cluster, ml, "sub"))["state"]
+    snapshot = (await _snapshot(ledgers, ml, "sub"))["state"]
     assert snapshot["acks_complete"] is True and len(snapshot["deleted"]) == 4
     # with the cursor ledger gone, the snapshot alone restores a small state exactly
-    await factory.client.delete_ledger((await _snapshot(cluster, ml, "sub"))["cursor_ledger"])
+    await factory.client.delete_ledger((await _snapshot(ledgers, ml, "sub"))["cursor_ledger"])
     expected = _picture(cursor)
-    _, ml2 = await _open(cluster, "t/ns/persistent/snapshot")
+    _, ml2 = await _open(ledgers, "t/ns/persistent/snapshot")
     assert _picture(ml2.cursors["sub"]) == expected
     await ml2.cursors["sub"].delete(positions[11:40:2])  # 15 more ranges: over the cap of 10
-    snapshot = (await _snapshot(cluster, ml2, "sub"))["state"]
+    snapshot = (await _snapshot(ledgers, ml2, "sub"))["state"]
     assert snapshot["acks_complete"] is False and "deleted" not in snapshot
 
 
-async def test_a_state_written_in_the_first_format_is_read(cluster):
-    await cluster.start_bookies(3)
-    factory, ml = await _open(cluster, "t/ns/persistent/format1")
+async def test_a_state_written_in_the_first_format_is_read(ledgers):
+    await ledgers.start_bookies(3)
+    factory, ml = await _open(ledgers, "t/ns/persistent/format1")
     positions = await _fill(ml, 10)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete([positions[3]])
@@ -200,19 +200,19 @@ async def test_a_state_written_in_the_first_format_is_read(cluster):
     await handle.add_entry(msgpack.packb({"mark_delete": list(p[1]), "deleted": [[p[4].ledger_id, p[4].entry_id, p[6].entry_id]],
                                           "batch_deleted": {f"{p[8].ledger_id}:{p[8].entry_id}": [1, 2]},
                                           "properties": {"k": 5}}))
-    doc = await _snapshot(cluster, ml, "sub")
-    data, stat = await cluster.store.get(ml.cursor_path("sub"))
-    await cluster.store.set(ml.cursor_path("sub"), json.dumps({**doc, "cursor_ledger": handle.ledger_id}).encode(), stat.version)
-    _, ml2 = await _open(cluster, "t/ns/persistent/format1")
+    doc = await _snapshot(ledgers, ml, "sub")
+    data, stat = await ledgers.store.get(ml.cursor_path("sub"))
+    await ledgers.store.set(ml.cursor_path("sub"), json.dumps({**doc, "cursor_ledger": handle.ledger_id}).encode(), stat.version)
+    _, ml2 = await _open(ledgers, "t/ns/persistent/format1")
     restored = ml2.cursors["sub"]
     assert restored.mark_delete_position == p[1] and restored.properties == {"k": 5}
     assert restored.individually_deleted_ranges == [(p[4].ledger_id, p[4].entry_id, p[6].entry_id)]
     assert restored.batch_deleted_indexes(p[8]) == frozenset({1, 2})
 
 
-async def test_acks_of_positions_that_do_not_exist_are_ignored(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/bogus")
+async def test_acks_of_positions_that_do_not_exist_are_ignored(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/bogus")
     positions = await _fill(ml, 5)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     ledger_id = positions[0].ledger_id
@@ -296,10 +296,10 @@ async def _real_picture(cursor) -> tuple:
             cursor.backlog, unread)
 
 
-async def test_a_random_walk_of_acks_matches_a_set_model_and_survives_a_crash(cluster):
-    await cluster.start_bookies(3)
+async def test_a_random_walk_of_acks_matches_a_set_model_and_survives_a_crash(ledgers):
+    await ledgers.start_bookies(3)
     config = ManagedLedgerConfig(**{**CHUNKED.__dict__, "max_entries_per_ledger": 7, "cursor_max_entries_per_ledger": 20})
-    _, ml = await _open(cluster, "t/ns/persistent/walk", config)
+    _, ml = await _open(ledgers, "t/ns/persistent/walk", config)
     positions = await _fill(ml, 120)  # 18 ledgers
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     model = NaiveCursor(positions, cursor.mark_delete_position)
@@ -323,5 +323,5 @@ async def test_a_random_walk_of_acks_matches_a_set_model_and_survives_a_crash(cl
         if step % 10 == 0:
             assert await _real_picture(cursor) == model.picture(), f"step {step}"
     assert await _real_picture(cursor) == model.picture()
-    _, ml2 = await _open(cluster, "t/ns/persistent/walk")
+    _, ml2 = await _open(ledgers, "t/ns/persistent/walk")
     assert await _real_picture(ml2.cursors["sub"]) == model.picture()

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from storage.errors import CursorStateCorruptError
-from storage.managed_ledger.cursor import _read_latest_state
+from storage.managed_ledger.cursor_ledger import read_latest_state as _read_latest_state
 from storage.managed_ledger.cursor_state import (
     CursorState, decode_batch, decode_state, encode_batch, encode_state, frame_chunks, join_chunks, parse_entry,
 )

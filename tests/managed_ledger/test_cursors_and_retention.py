@@ -12,15 +12,15 @@ from tests.managed_ledger.conftest import wait_until
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, cursor_max_entries_per_ledger=3)
 
 
-async def _open(cluster, name, config=SMALL, **kw):
-    client = await cluster.client()
-    factory = ManagedLedgerFactory(cluster.store, client, **kw)
+async def _open(ledgers, name, config=SMALL, **kw):
+    client = await ledgers.client()
+    factory = ManagedLedgerFactory(ledgers.store, client, **kw)
     return factory, await factory.open(name, config)
 
 
-async def test_cursor_state_is_restored_exactly_after_a_crash(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/cursor")
+async def test_cursor_state_is_restored_exactly_after_a_crash(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/cursor")
     positions = [await ml.add_entry(b"%d" % i) for i in range(12)]
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.mark_delete(positions[2], properties={"seq": 42})
@@ -28,7 +28,7 @@ async def test_cursor_state_is_restored_exactly_after_a_crash(cluster):
     await cursor.delete_batch_indexes(positions[7], {0, 2}, batch_size=4)
     await cursor.delete([positions[4]])  # more writes than one cursor ledger holds (3): it rolls over
     # a new owner, with no close of the old one (a crash)
-    _, ml2 = await _open(cluster, "t/ns/persistent/cursor")
+    _, ml2 = await _open(ledgers, "t/ns/persistent/cursor")
     restored = ml2.cursors["sub"]
     assert restored.mark_delete_position == positions[2]
     assert restored.properties == {"seq": 42}
@@ -38,9 +38,9 @@ async def test_cursor_state_is_restored_exactly_after_a_crash(cluster):
     assert [e.position for e in await restored.read_entries(3)] == [positions[3], positions[7], positions[8]]
 
 
-async def test_contiguous_individual_acks_collapse_into_mark_delete(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/collapse")
+async def test_contiguous_individual_acks_collapse_into_mark_delete(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/collapse")
     positions = [await ml.add_entry(b"%d" % i) for i in range(9)]  # crosses ledger boundaries
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.delete(positions[1:6])
@@ -51,9 +51,9 @@ async def test_contiguous_individual_acks_collapse_into_mark_delete(cluster):
     assert cursor.backlog == 3
 
 
-async def test_reset_rewinds_and_forgets_acks(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/reset")
+async def test_reset_rewinds_and_forgets_acks(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/reset")
     positions = [await ml.add_entry(b"%d" % i) for i in range(6)]
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.mark_delete(positions[4])
@@ -62,18 +62,18 @@ async def test_reset_rewinds_and_forgets_acks(cluster):
     assert [e.data for e in await cursor.read_entries(10)] == [b"1", b"2", b"3", b"4", b"5"]
 
 
-async def test_find_newest_matching_by_binary_search(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/find")
+async def test_find_newest_matching_by_binary_search(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/find")
     positions = [await ml.add_entry(b"%03d" % i) for i in range(30)]
     reader = ml.new_non_durable_cursor()
     assert await reader.find_newest_matching(lambda e: int(e.data) < 17) == positions[16]
     assert await reader.find_newest_matching(lambda e: False) is None
 
 
-async def test_consumed_ledgers_are_trimmed_and_deleted_from_the_bookies(cluster):
-    await cluster.start_bookies(3)
-    factory, ml = await _open(cluster, "t/ns/persistent/trim")
+async def test_consumed_ledgers_are_trimmed_and_deleted_from_the_bookies(ledgers):
+    await ledgers.start_bookies(3)
+    factory, ml = await _open(ledgers, "t/ns/persistent/trim")
     positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
     first_ledger = positions[0].ledger_id
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
@@ -85,13 +85,13 @@ async def test_consumed_ledgers_are_trimmed_and_deleted_from_the_bookies(cluster
     assert [e.data for e in await cursor.read_entries(5)] == [b"9"]
 
 
-async def test_a_ledger_is_trimmed_as_soon_as_the_cursors_have_consumed_all_of_it(cluster):
+async def test_a_ledger_is_trimmed_as_soon_as_the_cursors_have_consumed_all_of_it(ledgers):
     """No second retention pass needed: the rollover that closes a consumed ledger, or the ack that finishes a
     closed one, trims it at once."""
-    await cluster.start_bookies(3)
+    await ledgers.start_bookies(3)
     now = [1000.0]
     config = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, max_ledger_rollover_time_s=60)
-    factory, ml = await _open(cluster, "t/ns/persistent/prompt-trim", config, clock=lambda: now[0])
+    factory, ml = await _open(ledgers, "t/ns/persistent/prompt-trim", config, clock=lambda: now[0])
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
 
     def kept():
@@ -114,10 +114,10 @@ async def test_a_ledger_is_trimmed_as_soon_as_the_cursors_have_consumed_all_of_i
     assert [e.data for e in await cursor.read_entries(5)] == [b"b4"]
 
 
-async def test_retention_by_size_keeps_consumed_ledgers(cluster):
-    await cluster.start_bookies(3)
+async def test_retention_by_size_keeps_consumed_ledgers(ledgers):
+    await ledgers.start_bookies(3)
     keep = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, retention_size_mb=1, retention_time_s=-1)
-    _, ml = await _open(cluster, "t/ns/persistent/retain", keep)
+    _, ml = await _open(ledgers, "t/ns/persistent/retain", keep)
     positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.mark_delete(positions[9])
@@ -125,12 +125,12 @@ async def test_retention_by_size_keeps_consumed_ledgers(cluster):
     assert positions[0].ledger_id in [i["ledger_id"] for i in ml.ledgers_info()]  # 1 MB of retention holds them
 
 
-async def test_retention_by_time_uses_the_injected_clock(cluster):
-    await cluster.start_bookies(3)
+async def test_retention_by_time_uses_the_injected_clock(ledgers):
+    await ledgers.start_bookies(3)
     now = [1000.0]
     keep = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_rollover_time_s=0, retention_time_s=60,
                                retention_size_mb=-1)
-    _, ml = await _open(cluster, "t/ns/persistent/retain-time", keep, clock=lambda: now[0])
+    _, ml = await _open(ledgers, "t/ns/persistent/retain-time", keep, clock=lambda: now[0])
     positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await cursor.mark_delete(positions[9])
@@ -150,10 +150,10 @@ class CrashBeforeDelete(Hooks):
             raise RuntimeError("crash between the two deletion steps")
 
 
-async def test_a_crash_between_list_update_and_deletion_is_finished_on_open(cluster):
-    await cluster.start_bookies(3)
+async def test_a_crash_between_list_update_and_deletion_is_finished_on_open(ledgers):
+    await ledgers.start_bookies(3)
     hooks = CrashBeforeDelete()
-    factory, ml = await _open(cluster, "t/ns/persistent/crash", hooks=hooks)
+    factory, ml = await _open(ledgers, "t/ns/persistent/crash", hooks=hooks)
     positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
     doomed = positions[0].ledger_id
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
@@ -162,15 +162,15 @@ async def test_a_crash_between_list_update_and_deletion_is_finished_on_open(clus
         await ml.trim()
     assert doomed in ml.info.pending_deletion
     await factory.client.open_ledger(doomed, recovery=False)  # still there: the crash left it behind
-    factory2, ml2 = await _open(cluster, "t/ns/persistent/crash")
+    factory2, ml2 = await _open(ledgers, "t/ns/persistent/crash")
     assert ml2.info.pending_deletion == []
     with pytest.raises(NoSuchLedgerError):
         await factory2.client.open_ledger(doomed, recovery=False)
 
 
-async def test_non_durable_cursor_does_not_hold_data(cluster):
-    await cluster.start_bookies(3)
-    _, ml = await _open(cluster, "t/ns/persistent/nondurable")
+async def test_non_durable_cursor_does_not_hold_data(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/nondurable")
     positions = [await ml.add_entry(b"%d" % i) for i in range(10)]
     reader = ml.new_non_durable_cursor(start=None)
     await ml.trim()  # no durable cursor: everything but the current ledger may go

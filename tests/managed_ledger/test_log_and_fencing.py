@@ -12,9 +12,9 @@ from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, Managed
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_rollover_time_s=0)
 
 
-async def _factory(cluster, **kw):
-    client = await cluster.client()
-    return ManagedLedgerFactory(cluster.store, client, **kw)
+async def _factory(ledgers, **kw):
+    client = await ledgers.client()
+    return ManagedLedgerFactory(ledgers.store, client, **kw)
 
 
 async def _read_all(ml, start=None):
@@ -26,9 +26,9 @@ async def _read_all(ml, start=None):
     return out
 
 
-async def test_adds_keep_their_order_across_rollovers(cluster):
-    await cluster.start_bookies(3)
-    factory = await _factory(cluster)
+async def test_adds_keep_their_order_across_rollovers(ledgers):
+    await ledgers.start_bookies(3)
+    factory = await _factory(ledgers)
     ml = await factory.open("t/ns/persistent/order", SMALL)
     positions = await asyncio.gather(*(ml.add_entry(f"e{i}".encode()) for i in range(23)))
     assert positions == sorted(positions)
@@ -37,15 +37,15 @@ async def test_adds_keep_their_order_across_rollovers(cluster):
     assert ml.number_of_entries == 23
 
 
-async def test_reopen_recovers_everything_and_starts_a_new_ledger(cluster):
-    await cluster.start_bookies(3)
-    factory = await _factory(cluster)
+async def test_reopen_recovers_everything_and_starts_a_new_ledger(ledgers):
+    await ledgers.start_bookies(3)
+    factory = await _factory(ledgers)
     ml = await factory.open("t/ns/persistent/reopen", SMALL)
     for i in range(7):
         await ml.add_entry(f"e{i}".encode())
     last_ledger = ml.current_ledger_id
     # no close: the next owner must recover the open ledger by itself
-    other = await _factory(cluster)
+    other = await _factory(ledgers)
     ml2 = await other.open("t/ns/persistent/reopen", SMALL)
     assert ml2.current_ledger_id != last_ledger
     assert [e.data for e in await _read_all(ml2)] == [f"e{i}".encode() for i in range(7)]
@@ -53,11 +53,11 @@ async def test_reopen_recovers_everything_and_starts_a_new_ledger(cluster):
     assert (await _read_all(ml2))[-1].data == b"after"
 
 
-async def test_a_new_owner_fences_the_old_one(cluster):
-    await cluster.start_bookies(3)
-    old = await (await _factory(cluster)).open("t/ns/persistent/fence")
+async def test_a_new_owner_fences_the_old_one(ledgers):
+    await ledgers.start_bookies(3)
+    old = await (await _factory(ledgers)).open("t/ns/persistent/fence")
     await old.add_entry(b"before")
-    new = await (await _factory(cluster)).open("t/ns/persistent/fence")
+    new = await (await _factory(ledgers)).open("t/ns/persistent/fence")
     with pytest.raises(ManagedLedgerFencedError):
         await old.add_entry(b"from the old owner")
     with pytest.raises(ManagedLedgerFencedError):
@@ -66,18 +66,18 @@ async def test_a_new_owner_fences_the_old_one(cluster):
     assert [e.data for e in await _read_all(new)] == [b"before", b"from the new owner"]
 
 
-async def test_metadata_write_of_a_fenced_owner_fails_on_version(cluster):
-    await cluster.start_bookies(3)
-    old = await (await _factory(cluster)).open("t/ns/persistent/fence-md", SMALL)
-    await (await _factory(cluster)).open("t/ns/persistent/fence-md", SMALL)
+async def test_metadata_write_of_a_fenced_owner_fails_on_version(ledgers):
+    await ledgers.start_bookies(3)
+    old = await (await _factory(ledgers)).open("t/ns/persistent/fence-md", SMALL)
+    await (await _factory(ledgers)).open("t/ns/persistent/fence-md", SMALL)
     with pytest.raises(ManagedLedgerFencedError):
         await old.write_info()
 
 
 @pytest.mark.parametrize("name", ["", "/abs", "trailing/", "a//b", "a/../b"])
-async def test_invalid_names_are_refused(cluster, name):
-    await cluster.start_bookies(3)
-    factory = await _factory(cluster)
+async def test_invalid_names_are_refused(ledgers, name):
+    await ledgers.start_bookies(3)
+    factory = await _factory(ledgers)
     with pytest.raises(InvalidManagedLedgerNameError):
         await factory.open(name)
 
@@ -89,9 +89,9 @@ def test_invalid_config_names_the_field():
         ManagedLedgerConfig(ensemble_size=2, write_quorum_size=3).validate()
 
 
-async def test_tailing_reader_is_served_from_the_cache(cluster):
-    await cluster.start_bookies(3)
-    ml = await (await _factory(cluster)).open("t/ns/persistent/cache")
+async def test_tailing_reader_is_served_from_the_cache(ledgers):
+    await ledgers.start_bookies(3)
+    ml = await (await _factory(ledgers)).open("t/ns/persistent/cache")
     cursor = await ml.open_cursor("tail", InitialPosition.LATEST)
     waiter = asyncio.ensure_future(cursor.read_entries_or_wait(10))
     await asyncio.sleep(0)  # let the read reach its wait (scheduling, not synchronisation)
@@ -106,9 +106,9 @@ async def test_tailing_reader_is_served_from_the_cache(cluster):
     assert ml.stats["cache_misses"] == misses and ml.stats["cache_hits"] >= 51
 
 
-async def test_waiting_read_can_be_cancelled_without_moving_the_cursor(cluster):
-    await cluster.start_bookies(3)
-    ml = await (await _factory(cluster)).open("t/ns/persistent/cancel")
+async def test_waiting_read_can_be_cancelled_without_moving_the_cursor(ledgers):
+    await ledgers.start_bookies(3)
+    ml = await (await _factory(ledgers)).open("t/ns/persistent/cancel")
     cursor = await ml.open_cursor("c", InitialPosition.LATEST)
     before = cursor.read_position
     waiter = asyncio.ensure_future(cursor.read_entries_or_wait(10))

@@ -4,6 +4,7 @@
 the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
+import magnetar.protocol  # noqa: F401  first: magnetar.errors must load from inside it (see magnetar.errors)
 from magnetar.asyncio.consumer import ConsumerType, InitialPosition
 from magnetar.asyncio.dead_letter import DeadLetterPolicy
 from magnetar.asyncio.partitioned import PartitionsRoutingMode

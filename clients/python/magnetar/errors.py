@@ -1,7 +1,10 @@
 """The client's one exception hierarchy: the broker's ServerError codes map to specific classes.
 
-``for_code(code, message)`` is the single translation from the wire; socket
-and timeout errors are converted where they enter (``raise ... from``).
+``for_code(code, message)`` is the single translation from the wire: each
+class is bound to its code through the one ServerError table
+(``magnetar.protocol.server_errors``), which also gives its ``retriable``
+flag. Socket and timeout errors are converted where they enter
+(``raise ... from``).
 ``retriable`` says whether the client may try again by itself (after a
 reconnect or lookup); ``result`` is the matching ``Result`` code, which the
 sync API's callbacks receive as the official client's do.
@@ -10,6 +13,11 @@ sync API's callbacks receive as the official client's do.
 from __future__ import annotations
 
 import enum
+
+# magnetar.protocol's codec errors subclass MagnetarError, so the two modules import each other; magnetar/__init__
+# loads magnetar.protocol first, which makes this module load (completely) from inside it.
+from magnetar.protocol import pulsar_api_pb2 as _pb
+from magnetar.protocol.server_errors import ServerErrorRegistry as _Registry
 
 
 class Result(enum.IntEnum):
@@ -67,110 +75,107 @@ class Result(enum.IntEnum):
         return f"Result.{self.name}"
 
 
-_BY_CODE: dict[int, type["MagnetarError"]] = {}
-
-
-def _code(code: int):
-    def bind(cls):
-        cls.code = code
-        _BY_CODE[code] = cls
-        return cls
-    return bind
-
-
 class MagnetarError(Exception):
     """Base of every error the client raises."""
 
     code: int | None = None
     retriable = False
+    http_status = 500
     result = Result.UnknownError
 
 
-@_code(0)
+_REGISTRY = _Registry(describe=lambda cls, code: cls.__name__)
+_code = _REGISTRY.register
+
+
+@_code(_pb.UnknownError)
 class UnknownError(MagnetarError):
     pass
 
 
-@_code(1)
+@_code(_pb.MetadataError)
 class BrokerMetadataError(MagnetarError):
-    retriable = True
     result = Result.BrokerMetadataError
 
 
-@_code(2)
+@_code(_pb.PersistenceError)
 class BrokerPersistenceError(MagnetarError):
-    retriable = True
     result = Result.BrokerPersistenceError
 
 
-@_code(5)
+@_code(_pb.ConsumerBusy)
 class ConsumerBusy(MagnetarError):
     result = Result.ConsumerBusy
 
 
-@_code(6)
+@_code(_pb.ServiceNotReady)
 class ServiceNotReady(MagnetarError):
-    retriable = True
     result = Result.ServiceUnitNotReady
 
 
-@_code(9)
+@_code(_pb.ChecksumError)
 class ChecksumError(MagnetarError):
     result = Result.ChecksumError
 
 
-@_code(10)
+@_code(_pb.UnsupportedVersionError)
 class UnsupportedVersionError(MagnetarError):
     result = Result.UnsupportedVersionError
 
 
-@_code(11)
+@_code(_pb.TopicNotFound)
 class TopicNotFound(MagnetarError):
     result = Result.TopicNotFound
 
 
-@_code(12)
+@_code(_pb.SubscriptionNotFound)
 class SubscriptionNotFound(MagnetarError):
     result = Result.SubscriptionNotFound
 
 
-@_code(13)
+@_code(_pb.ConsumerNotFound)
 class ConsumerNotFound(MagnetarError):
     result = Result.ConsumerNotFound
 
 
-@_code(14)
+@_code(_pb.TooManyRequests)
 class TooManyRequests(MagnetarError):
-    retriable = True
     result = Result.TooManyLookupRequestException
 
 
-@_code(15)
+@_code(_pb.TopicTerminatedError)
 class TopicTerminated(MagnetarError):
     result = Result.TopicTerminated
 
 
-@_code(16)
+@_code(_pb.ProducerBusy)
 class ProducerBusy(MagnetarError):
     result = Result.ProducerBusy
 
 
-@_code(17)
+@_code(_pb.InvalidTopicName)
 class InvalidTopicName(MagnetarError):
     result = Result.InvalidTopicName
 
 
-@_code(18)
+@_code(_pb.IncompatibleSchema)
 class IncompatibleSchema(MagnetarError):
     result = Result.IncompatibleSchema
 
 
-@_code(22)
+@_code(_pb.ConsumerAssignError)
+class ConsumerAssignError(MagnetarError):
+    """The broker could not assign the consumer (e.g. overlapping Key_Shared sticky ranges)."""
+
+    result = Result.ConsumerAssignError
+
+
+@_code(_pb.NotAllowedError)
 class NotAllowed(MagnetarError):
     result = Result.NotAllowedError
 
 
-@_code(25)
+@_code(_pb.ProducerFenced)
 class ProducerFenced(MagnetarError):
     result = Result.ProducerFenced
 
@@ -215,8 +220,8 @@ def result_of(exc: BaseException) -> Result:
 
 
 def for_code(code: int, message: str = "") -> MagnetarError:
-    cls = _BY_CODE.get(code, UnknownError)
-    return cls(message or cls.__name__)
+    """The error for a ServerError code received from the broker (UnknownError for a code with no class)."""
+    return _REGISTRY.for_code(code, message)
 
 
 class ProducerQueueIsFull(MagnetarError):
