@@ -1,8 +1,10 @@
 """One client connection speaking the Pulsar binary protocol (Pulsar's ServerCnx).
 
-The asyncio side is thin (STYLE.md 1): bytes go into the pure frame decoder,
-each decoded command goes to its handler from a table keyed by command type,
-and replies are encoded by the same codec the ``magnetar`` client uses.
+The asyncio side is thin (STYLE.md 1): the session (magnetar.protocol.session,
+shared with the client) decides the handshake, the producer and consumer
+lifecycles and the keep-alive; bytes go into it, each command it lets through
+goes to its handler from a table keyed by command type, and replies are
+encoded through it.
 
 Ordering: commands are handled in arrival order. A SEND starts its storage
 write before the next frame is looked at, and the managed ledger completes
@@ -17,19 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
-from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError
+from broker.errors import (
+    BrokerError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
+)
 from broker.server import handlers
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.protocol.errors import ProtocolError
-from magnetar.protocol.frames import FrameDecoder, command, encode_command, encode_message
+from magnetar.protocol.errors import CommandBeforeConnect, IllegalTransition, ProtocolError, ProtocolViolation
+from magnetar.protocol.frames import command
+from magnetar.protocol.session import KeepAlive, PulsarSession, Role, SessionState
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
-MAX_PROTOCOL_VERSION = 20
 # Pulsar's maxPendingPublishRequestsPerConnection: stop reading the socket beyond this many unanswered sends.
 MAX_PENDING_SENDS = 1000
 
@@ -38,22 +41,27 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, service):
         self.service = service
         self.config = service.config
-        self.decoder = FrameDecoder(self.config.max_frame_bytes)
+        self.session = PulsarSession(Role.SERVER, keep_alive_s=self.config.keep_alive_interval_s,
+                                     max_frame_bytes=self.config.max_frame_bytes)
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
-        self.connected = False  # CONNECT received
-        self.protocol_version = 0
         self.client_version = ""
-        self.producers: dict[int, object] = {}  # producer_id -> ProducerBinding (or a Future while being created)
+        self.producers: dict[int, object] = {}  # producer_id -> ProducerBinding, once the session has it READY
         self.consumers: dict[int, object] = {}  # consumer_id -> ConsumerBinding
         self.writable = True
         self.closed = False
         self.pending_sends = 0
         self._reading_paused = False
         self._tasks: set[asyncio.Task] = set()
-        self._last_received = time.monotonic()
         self._keepalive: asyncio.TimerHandle | None = None
-        self._ping_outstanding = False
+
+    @property
+    def connected(self) -> bool:
+        return self.session.state is SessionState.CONNECTED
+
+    @property
+    def protocol_version(self) -> int:
+        return self.session.protocol_version
 
     # ---- asyncio.Protocol --------------------------------------------------
 
@@ -65,21 +73,29 @@ class ServerConnection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        self._last_received = time.monotonic()
-        self._ping_outstanding = False
         try:
-            frames = self.decoder.feed(data)
+            self.session.receive_data(data)
         except ProtocolError as exc:
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close()
             return
-        for frame in frames:
-            if self.closed:
+        while not self.closed:
+            try:
+                frame = self.session.next_event()
+            except CommandBeforeConnect as exc:
+                log.warning("closing %s: %s", self.remote_address, exc)
+                self.close()
+                return
+            except ProtocolViolation as exc:
+                self._refuse(exc)
+                continue
+            if frame is None:
                 return
             self._handle(frame)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self.session.close()
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
@@ -97,12 +113,18 @@ class ServerConnection(asyncio.Protocol):
 
     # ---- inbound -----------------------------------------------------------
 
+    def _refuse(self, exc: ProtocolViolation) -> None:
+        """A command the session does not allow now. A second create of a producer still being created is
+        answered ProducerBusy; anything else (e.g. a second CONNECT) is logged. The connection stays up."""
+        cmd = exc.frame.command
+        if isinstance(exc, IllegalTransition) and cmd.type == T.PRODUCER:
+            self.send_error(cmd.producer.request_id, ProducerBusyError(
+                f"producer {cmd.producer.producer_id} is still being created on this connection"))
+        else:
+            log.warning("%s: %s failed: %s", self.remote_address, T.Type.Name(cmd.type), exc)
+
     def _handle(self, frame) -> None:
         cmd = frame.command
-        if not self.connected and cmd.type != T.CONNECT:
-            log.warning("closing %s: %s before CONNECT", self.remote_address, T.Type.Name(cmd.type))
-            self.close()
-            return
         handler = handlers.TABLE.get(cmd.type)
         if handler is None:
             log.warning("%s sent unsupported command %s", self.remote_address, T.Type.Name(cmd.type))
@@ -172,7 +194,7 @@ class ServerConnection(asyncio.Protocol):
 
     def write(self, type_, **fields) -> None:
         if not self.closed and self.transport is not None:
-            self.transport.write(encode_command(command(type_, **fields)))
+            self.transport.write(self.session.send(command(type_, **fields)))
 
     def send_error(self, request_id: int, exc: BrokerError) -> None:
         self.write(T.ERROR, error=pb.CommandError(request_id=request_id, error=exc.code, message=str(exc)))
@@ -191,7 +213,7 @@ class ServerConnection(asyncio.Protocol):
         )
         if ack_set:
             msg.ack_set.extend(ack_set)
-        self.transport.write(encode_message(command(T.MESSAGE, message=msg), data))
+        self.transport.write(self.session.send(command(T.MESSAGE, message=msg), data))
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self.write(T.ACTIVE_CONSUMER_CHANGE,
@@ -211,25 +233,25 @@ class ServerConnection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self.session.close()
             self.transport.close()
 
     # ---- keep-alive ----------------------------------------------------------
 
     def _schedule_keepalive(self) -> None:
-        interval = self.config.keep_alive_interval_s
+        interval = self.session.keep_alive_s
         if interval > 0:
             self._keepalive = asyncio.get_running_loop().call_later(interval, self._keepalive_tick)
 
     def _keepalive_tick(self) -> None:
         if self.closed:
             return
-        idle = time.monotonic() - self._last_received
-        if self._ping_outstanding and idle >= self.config.keep_alive_interval_s:
+        action = self.session.keep_alive()
+        if action is KeepAlive.DEAD:
             log.warning("closing %s: no response to keep-alive ping", self.remote_address)
             self.close()
             return
-        if self.connected and self.protocol_version >= 1:
-            self._ping_outstanding = True
+        if action is KeepAlive.PING:
             self.write(T.PING, ping=pb.CommandPing())
         self._schedule_keepalive()
 

@@ -9,13 +9,12 @@ consumers) never see protobuf: handlers translate at this boundary.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
 
 from broker.errors import (
-    BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError, ProducerBusyError,
+    BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
 from broker.subscriptions import SubscriptionType
@@ -51,19 +50,17 @@ class ConsumerBinding:
 
 
 def on_connect(conn, frame) -> None:
+    # The session let this through only as the first CONNECT; sending CONNECTED (or ERROR) moves it on.
     c = frame.command.connect
-    if conn.connected:
-        raise NotAllowedError("CONNECT received twice")
-    conn.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+    protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
     conn.client_version = c.client_version
-    if conn.protocol_version < 6:
+    if protocol_version < 6:
         conn.write(T.ERROR, error=pb.CommandError(request_id=0, error=UnsupportedVersionError.code,
                                                    message=f"protocol version {c.protocol_version} is too old; need >= 6"))
         conn.close()
         return
-    conn.connected = True
     conn.write(T.CONNECTED, connected=pb.CommandConnected(
-        server_version=conn.service.version, protocol_version=conn.protocol_version,
+        server_version=conn.service.version, protocol_version=protocol_version,
         max_message_size=conn.config.max_message_size,
     ))
 
@@ -78,8 +75,7 @@ def on_pong(conn, frame) -> None:
 
 def connection_closed(conn) -> None:
     for binding in list(conn.producers.values()):
-        if isinstance(binding, ProducerBinding):
-            binding.topic.remove_producer(binding.producer)
+        binding.topic.remove_producer(binding.producer)
     conn.producers.clear()
     for binding in list(conn.consumers.values()):
         conn.service.spawn(binding.subscription.remove_consumer(binding.consumer))
@@ -150,30 +146,25 @@ def on_get_schema(conn, frame) -> None:
 
 
 def on_producer(conn, frame) -> None:
+    # The session has the producer CREATING, or READY when this is a retry (a second create while one is
+    # running never gets here: the connection answers it ProducerBusy).
     c = frame.command.producer
     existing = conn.producers.get(c.producer_id)
-    if isinstance(existing, ProducerBinding):  # a retry of a create that already succeeded
+    if existing is not None:  # a retry of a create that already succeeded
         _producer_success(conn, c.request_id, existing.producer, existing.topic)
         return
-    if existing is not None:
-        raise ProducerBusyError(f"producer {c.producer_id} is still being created on this connection")
     topic_name = parse_topic(c.topic)
     mode = AccessMode(c.producer_access_mode) if c.HasField("producer_access_mode") else AccessMode.Shared
     name = c.producer_name if c.HasField("producer_name") and c.producer_name else \
         f"{conn.config.cluster_name}-{conn.config.broker_id}-{next(_producer_names)}"
     producer = Producer(c.producer_id, name, conn, mode, user_provided_name=c.user_provided_producer_name)
-    pending = asyncio.get_running_loop().create_future()
-    conn.producers[c.producer_id] = pending
 
     async def run():
-        try:
-            topic = await conn.service.get_topic(topic_name, create=True)
-            wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
-        except BaseException:
-            conn.producers.pop(c.producer_id, None)
-            raise
-        if conn.closed or conn.producers.get(c.producer_id) is not pending:
-            topic.remove_producer(producer)  # closed while we were creating it
+        topic = await conn.service.get_topic(topic_name, create=True)
+        wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
+        if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
+            topic.remove_producer(producer)  # closed (and perhaps opened again) while we were creating it
+            conn.session.abandon(c.request_id)
             return
         conn.producers[c.producer_id] = ProducerBinding(producer, topic)
         if wait is not None:
@@ -203,7 +194,7 @@ def on_send(conn, frame) -> None:
         conn.write(T.SEND_ERROR, send_error=pb.CommandSendError(
             producer_id=c.producer_id, sequence_id=c.sequence_id, error=exc.code, message=str(exc)))
 
-    if not isinstance(binding, ProducerBinding):
+    if binding is None:
         error(NotAllowedError(f"no producer with id {c.producer_id} on this connection"))
         return
     if frame.metadata is None:
@@ -242,7 +233,7 @@ def on_send(conn, frame) -> None:
 def on_close_producer(conn, frame) -> None:
     c = frame.command.close_producer
     binding = conn.producers.pop(c.producer_id, None)
-    if isinstance(binding, ProducerBinding):
+    if binding is not None:
         binding.topic.remove_producer(binding.producer)
     conn.send_success(c.request_id)
 

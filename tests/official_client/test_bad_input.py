@@ -90,3 +90,35 @@ def test_bad_checksum_gets_checksum_error(raw, topic):
     conn.send(bytes(frame))
     reply = conn.next()
     assert reply.type == T.SEND_ERROR and reply.send_error.error == pb.ChecksumError
+
+
+def test_a_second_connect_is_ignored_and_the_connection_stays(raw):
+    conn = raw()
+    conn.connect()
+    conn.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="again", protocol_version=20))))
+    conn.send(encode_command(command(T.PING, ping=pb.CommandPing())))
+    assert conn.next().type == T.PONG  # nothing answers the second CONNECT
+
+
+def test_connect_and_producer_in_one_write(raw, topic):
+    """The PRODUCER right behind CONNECT is judged after CONNECTED went out, not refused as 'before CONNECT'."""
+    conn = raw()
+    conn.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="raw", protocol_version=20)))
+              + encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=5))))
+    assert conn.next().type == T.CONNECTED
+    reply = conn.next()
+    assert reply.type == T.PRODUCER_SUCCESS and reply.producer_success.request_id == 5
+
+
+def test_a_second_create_of_a_producer_being_created_is_producer_busy(raw, topic):
+    conn = raw()
+    conn.connect()
+    create = [encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=rid)))
+              for rid in (5, 6)]
+    conn.send(create[0] + create[1])
+    replies = {reply.type: reply for reply in (conn.next(), conn.next())}
+    assert replies[T.ERROR].error.request_id == 6 and replies[T.ERROR].error.error == pb.ProducerBusy
+    assert replies[T.PRODUCER_SUCCESS].producer_success.request_id == 5
+    conn.send(create[1])  # once it exists, a retry is answered with success
+    reply = conn.next()
+    assert reply.type == T.PRODUCER_SUCCESS and reply.producer_success.request_id == 6

@@ -1,48 +1,40 @@
-"""One client connection to a broker: CONNECT handshake, request/response by request id, routing to handlers.
+"""One client connection to a broker: the asyncio side of a PulsarSession (magnetar.protocol.session).
 
-The asyncio side is thin: bytes go into the shared pure codec (magnetar.protocol)
-and each decoded command is either the answer to a pending request (by
-request id), a receipt/error for a producer, a message for a consumer, or a
-broker-side close of a producer/consumer (the handler reconnects).
+The session decides (handshake, which response answers which request, when
+to PING or give the broker up); this wrapper does the I/O: it feeds received
+bytes in, routes the events to request futures and to the producer and
+consumer handlers (a broker-side close makes the handler reconnect), and
+writes what the session encodes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 
 from magnetar.errors import ConnectError, MagnetarError, Timeout, for_code
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.protocol.errors import ProtocolError
-from magnetar.protocol.frames import FrameDecoder, command, encode_command, encode_message, field_for_type
+from magnetar.protocol.errors import ProtocolError, ProtocolViolation
+from magnetar.protocol.frames import command
+from magnetar.protocol.session import Connected, ConnectRefused, KeepAlive, PulsarSession, Response, Role
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 CLIENT_VERSION = "magnetar-python 0.1"
 PROTOCOL_VERSION = 20
 
-# Responses and the field holding their request id; errors inside responses are handled per type.
-_RESPONSES = {
-    T.SUCCESS, T.ERROR, T.PRODUCER_SUCCESS, T.LOOKUP_RESPONSE, T.PARTITIONED_METADATA_RESPONSE,
-    T.GET_LAST_MESSAGE_ID_RESPONSE, T.GET_TOPICS_OF_NAMESPACE_RESPONSE, T.GET_SCHEMA_RESPONSE, T.ACK_RESPONSE,
-}
-
 
 class Connection(asyncio.Protocol):
     def __init__(self, address: str, operation_timeout_s: float, keep_alive_s: float = 30.0):
         self.address = address
         self.operation_timeout_s = operation_timeout_s
-        self.decoder = FrameDecoder()
+        self.session = PulsarSession(Role.CLIENT, keep_alive_s=keep_alive_s)
         self.transport: asyncio.Transport | None = None
         self.max_message_size = 5 * 1024 * 1024
-        self.producers: dict[int, object] = {}  # producer_id -> handler with on_receipt/on_send_error/on_closed_by_broker
-        self.consumers: dict[int, object] = {}  # consumer_id -> handler with on_message/on_closed_by_broker
+        self.producers: dict[int, object] = {}  # producer_id -> handler with on_receipt/on_send_error/on_connection_lost
+        self.consumers: dict[int, object] = {}  # consumer_id -> handler with on_message/on_connection_lost
         self._pending: dict[int, asyncio.Future] = {}
         self._connected: asyncio.Future | None = None
-        self._request_ids = itertools.count()
-        self.keep_alive_s = keep_alive_s
-        self._last_received = 0.0
         self._keep_alive: asyncio.TimerHandle | None = None
         self.closed = False
 
@@ -69,36 +61,41 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         loop = asyncio.get_running_loop()
-        self._last_received = loop.time()
-        self._keep_alive = loop.call_later(self.keep_alive_s, self._keep_alive_tick)
+        self.session.note_alive()
+        self._keep_alive = loop.call_later(self.session.keep_alive_s, self._keep_alive_tick)
 
     def _keep_alive_tick(self) -> None:
-        """PING when idle; a broker silent for two intervals is presumed gone (handlers reconnect)."""
         if self.closed:
             return
-        loop = asyncio.get_running_loop()
-        idle = loop.time() - self._last_received
-        if idle >= 2 * self.keep_alive_s:
-            log.warning("no traffic from %s for %.0f s: closing the connection", self.address, idle)
+        action = self.session.keep_alive()
+        if action is KeepAlive.DEAD:
+            log.warning("no traffic from %s for %.0f s: closing the connection", self.address, self.session.idle_s())
             self.close()
             return
-        if idle >= self.keep_alive_s:
+        if action is KeepAlive.PING:
             self.write(T.PING, ping=pb.CommandPing())
-        self._keep_alive = loop.call_later(self.keep_alive_s, self._keep_alive_tick)
+        self._keep_alive = asyncio.get_running_loop().call_later(self.session.keep_alive_s, self._keep_alive_tick)
 
     def data_received(self, data: bytes) -> None:
-        self._last_received = asyncio.get_running_loop().time()
         try:
-            frames = self.decoder.feed(data)
+            self.session.receive_data(data)
         except ProtocolError as exc:
             log.warning("closing connection to %s: %s", self.address, exc)
             self.close()
             return
-        for frame in frames:
-            self._dispatch(frame)
+        while True:
+            try:
+                event = self.session.next_event()
+            except ProtocolViolation as exc:  # e.g. a late answer to a request given up on: skip that frame only
+                log.debug("ignoring a frame from %s: %s", self.address, exc)
+                continue
+            if event is None:
+                return
+            self._dispatch(event)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self.session.close()
         if self._keep_alive is not None:
             self._keep_alive.cancel()
         err = ConnectError(f"connection to {self.address} lost")
@@ -113,27 +110,29 @@ class Connection(asyncio.Protocol):
 
     # ---- inbound ------------------------------------------------------------------
 
-    def _dispatch(self, frame) -> None:
+    def _dispatch(self, event) -> None:
+        if type(event) is Response:
+            fut = self._pending.pop(event.request_id, None)
+            if fut is not None and not fut.done():
+                if event.type == T.ERROR:
+                    fut.set_exception(for_code(event.body.error, event.body.message))
+                else:
+                    fut.set_result(event.body)
+            return
+        if type(event) is Connected:
+            if event.frame.command.connected.HasField("max_message_size"):
+                self.max_message_size = event.frame.command.connected.max_message_size
+            if self._connected is not None and not self._connected.done():
+                self._connected.set_result(None)
+            return
+        if type(event) is ConnectRefused:
+            if self._connected is not None and not self._connected.done():
+                self._connected.set_exception(for_code(event.error, event.message))
+            return
+        frame = event
         cmd = frame.command
         t = cmd.type
-        if t == T.CONNECTED:
-            if cmd.connected.HasField("max_message_size"):
-                self.max_message_size = cmd.connected.max_message_size
-            if not self._connected.done():
-                self._connected.set_result(None)
-        elif t == T.ERROR and not self._connected.done():
-            self._connected.set_exception(for_code(cmd.error.error, cmd.error.message))
-        elif t in _RESPONSES:
-            body = getattr(cmd, field_for_type(t))
-            if t == T.PRODUCER_SUCCESS and not body.producer_ready:
-                return  # WaitForExclusive: queued by the broker; the real answer follows
-            fut = self._pending.pop(body.request_id, None)
-            if fut is not None and not fut.done():
-                if t == T.ERROR:
-                    fut.set_exception(for_code(body.error, body.message))
-                else:
-                    fut.set_result(body)
-        elif t == T.MESSAGE:
+        if t == T.MESSAGE:
             handler = self.consumers.get(cmd.message.consumer_id)
             if handler is not None:
                 handler.on_message(cmd.message, frame)
@@ -152,9 +151,7 @@ class Connection(asyncio.Protocol):
                 handler.on_connection_lost(self)
         elif t == T.PING:
             self.write(T.PONG, pong=pb.CommandPong())
-        elif t == T.ACTIVE_CONSUMER_CHANGE or t == T.PONG:
-            pass
-        else:
+        elif t != T.ACTIVE_CONSUMER_CHANGE and t != T.PONG:
             log.debug("ignoring %s from %s", T.Type.Name(t), self.address)
 
     # ---- outbound -----------------------------------------------------------------
@@ -162,15 +159,15 @@ class Connection(asyncio.Protocol):
     def write(self, type_, **fields) -> None:
         if self.closed or self.transport is None:
             raise ConnectError(f"connection to {self.address} is closed")
-        self.transport.write(encode_command(command(type_, **fields)))
+        self.transport.write(self.session.send(command(type_, **fields)))
 
     def write_with_payload(self, cmd, headers_and_payload: bytes) -> None:
         if self.closed or self.transport is None:
             raise ConnectError(f"connection to {self.address} is closed")
-        self.transport.write(encode_message(cmd, headers_and_payload))
+        self.transport.write(self.session.send(cmd, headers_and_payload))
 
     def next_request_id(self) -> int:
-        return next(self._request_ids)
+        return self.session.next_request_id()
 
     async def request(self, type_, field: str, body) -> object:
         """Send a command carrying ``body.request_id`` and wait for its answer. Raises the mapped MagnetarError."""
@@ -182,11 +179,13 @@ class Connection(asyncio.Protocol):
         except asyncio.TimeoutError as exc:
             raise Timeout(f"{T.Type.Name(type_)} to {self.address} timed out") from exc
         finally:
-            self._pending.pop(body.request_id, None)
+            if self._pending.pop(body.request_id, None) is not None:
+                self.session.abandon(body.request_id)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self.session.close()
             self.transport.close()
 
 
