@@ -189,21 +189,6 @@ class Auditor:
         return marked
 
 
-async def mark_bookie_ledgers(client: LedgerClient, bookie_id: str, mark: Mark) -> list[int]:
-    """Mark every ledger with a fragment on ``bookie_id`` (the shell's recover and decommission)."""
-    marks = UnderReplication(client.context.store)
-    out = []
-    for lid in await client.list_ledgers():
-        try:
-            md, _ = await client.get_metadata(lid)
-        except NoSuchLedgerError:
-            continue
-        if bookie_id in checker.bookies_of(md):
-            await marks.mark(lid, mark)
-            out.append(lid)
-    return out
-
-
 async def current_auditor(store) -> str | None:
     try:
         data, _ = await store.get(AUDITOR)
