@@ -86,6 +86,7 @@ _EVENTS = {
 }
 
 _MISSING = -1  # watch token of a node that does not exist
+_REARMING = -2  # fired on an existing node: the callback re-reads, but a deletion before the re-arm is news
 
 
 def _translate(exc: BaseException, what: str) -> MetadataError:
@@ -210,13 +211,18 @@ class _ZkWatch(Watch):
     def _deliver(self, kind: EventType) -> None:
         if self.cancelled:
             return
-        self.token = None  # the callback re-reads, so the re-arm's answer is recorded, not reported
+        # The callback re-reads, so what the re-arm finds is recorded, not reported -- except a node gone (or
+        # back) since this firing: a deletion between a firing and its re-arm fires no watch of its own, and
+        # a reader of the children cannot tell "deleted" from a re-read.
+        self.token = _MISSING if kind is EventType.DELETED else _REARMING
         self.arm()
         self.callback(WatchEvent(kind, self.path))
 
     def _observed(self, token: int) -> None:
         before, self.token = self.token, token
         if self.cancelled or before is None or before == token:
+            return
+        if before == _REARMING and token != _MISSING:
             return
         if token == _MISSING:
             kind = EventType.DELETED

@@ -72,3 +72,41 @@ async def test_session_survives_a_server_restart(private_zookeeper):
         await peer.create("/w", b"after")
         await next_item(events, lambda e: e.type is EventType.CREATED)
     await store.close()
+
+
+class _Recorder:
+    """Just enough of ZooKeeperStore for a _ZkWatch whose arms go nowhere: the test plays the re-arm's answer."""
+
+    _closed = False
+
+    def __init__(self):
+        self._watches = set()
+
+    class _client:
+        @staticmethod
+        def get_children_async(*args, **kwargs):
+            class _Pending:
+                def rawlink(self, callback):
+                    pass
+            return _Pending()
+
+        exists_async = get_children_async
+
+
+@pytest.mark.parametrize("fired, rearm_found, reported", [
+    # a children watch fires, and before its re-arm the node itself is deleted: that deletion is reported
+    (EventType.CHILDREN_CHANGED, -1, [EventType.CHILDREN_CHANGED, EventType.DELETED]),
+    # ... but a child change the re-arm finds is not (the callback's re-read covers it)
+    (EventType.CHILDREN_CHANGED, 42, [EventType.CHILDREN_CHANGED]),
+    # a deleted node found missing again: nothing new; found re-created: reported
+    (EventType.DELETED, -1, [EventType.DELETED]),
+    (EventType.DELETED, 42, [EventType.DELETED, EventType.CHILDREN_CHANGED]),
+])
+def test_a_change_between_a_firing_and_its_rearm_is_reported_when_a_reread_cannot_see_it(fired, rearm_found, reported):
+    from storage.metadata.zookeeper import _ZkWatch
+
+    seen = []
+    watch = _ZkWatch(_Recorder(), "/kids", lambda event: seen.append(event.type), children=True)
+    watch._deliver(fired)
+    watch._observed(rearm_found)
+    assert seen == reported
