@@ -117,28 +117,34 @@ def produce_rounds(url: str, web_url: str, messages: int, rounds: int) -> dict:
     return out
 
 
-async def _magnetar_consume(url: str, messages: int) -> float:
+async def magnetar_produce_consume(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
+    """Produce ``messages`` of ``body_bytes`` with the asyncio client (batching), then consume them all
+    (acknowledging cumulatively); both rates. The client suite's consume figure and the peers suite use it."""
     from magnetar.asyncio import Client
 
     client = Client(url, operation_timeout_seconds=60)
-    topic = f"persistent://public/default/bench-magnetar-consume-{time.time_ns()}"
+    topic = f"persistent://public/default/bench-magnetar-{time.time_ns()}"
     try:
         consumer = await client.subscribe(topic, "bench", receiver_queue_size=10_000)
         producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
                                                 batching_max_publish_delay_ms=5, max_pending_messages=messages + 1,
                                                 send_timeout_millis=0)
-        body = b"x" * MESSAGE_BYTES
+        body = b"x" * body_bytes
+        start = time.perf_counter()
         for i in range(messages):
             producer.send_async(body)
             if i % 5000 == 4999:
                 await asyncio.sleep(0)  # let receipts and socket writes run while queueing
         await producer.flush()
+        produced = time.perf_counter() - start
         start = time.perf_counter()
         for i in range(messages):
             msg = await consumer.receive(30_000)
             if i % 1000 == 999:
                 await consumer.acknowledge_cumulative(msg)
-        return messages / (time.perf_counter() - start)
+        consumed = time.perf_counter() - start
+        return {"messages": messages, "message_bytes": body_bytes, "produce_msg_per_s": messages / produced,
+                "produce_mb_per_s": messages * body_bytes / produced / 1e6, "consume_msg_per_s": messages / consumed}
     finally:
         await client.close()
 
@@ -175,7 +181,7 @@ def run(quick: bool = False) -> dict:
     try:
         produce = produce_rounds(url, web_url, produce_n, 1 if quick else ROUNDS)
         official_consume = _official_consume(url, consume_n)
-        ours_consume = uvloop.run(_magnetar_consume(url, consume_n))
+        ours_consume = uvloop.run(magnetar_produce_consume(url, consume_n))["consume_msg_per_s"]
     finally:
         deployment.stop()
     official, sync, aio = (produce[name]["msg_per_s"] for name in PRODUCERS)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from loadtest.bench.broker import _Deployment, produce as official_produce
+from loadtest.bench.client import magnetar_produce_consume
 from loadtest.bench.disk import fsync_bandwidth
 from loadtest.bench.report import print_table
 
@@ -31,38 +32,6 @@ WINDOW = 512
 QW = 2  # write quorum of `broker standalone` (E2/Qw2/Qa2)
 
 
-
-async def _magnetar_produce_consume(url: str, messages: int, body_bytes: int) -> dict:
-    """The peers' workload on the magnetar asyncio client: produce ``messages`` of ``body_bytes`` with batching,
-    then consume them all (acknowledging cumulatively)."""
-    from magnetar.asyncio import Client
-
-    client = Client(url, operation_timeout_seconds=60)
-    topic = f"persistent://public/default/bench-peers-magnetar-{time.time_ns()}"
-    try:
-        consumer = await client.subscribe(topic, "bench", receiver_queue_size=10_000)
-        producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
-                                                batching_max_publish_delay_ms=5, max_pending_messages=messages + 1,
-                                                send_timeout_millis=0)
-        body = b"x" * body_bytes
-        start = time.perf_counter()
-        for i in range(messages):
-            last = producer.send_async(body)
-            if i % 5000 == 4999:
-                await asyncio.sleep(0)  # let receipts and socket writes run while queueing
-        await producer.flush()
-        await last
-        produced = time.perf_counter() - start
-        start = time.perf_counter()
-        for i in range(messages):
-            msg = await consumer.receive(30_000)
-            if i % 1000 == 999:
-                await consumer.acknowledge_cumulative(msg)
-        consumed = time.perf_counter() - start
-        return {"messages": messages, "message_bytes": body_bytes, "produce_msg_per_s": messages / produced,
-                "produce_mb_per_s": messages * body_bytes / produced / 1e6, "consume_msg_per_s": messages / consumed}
-    finally:
-        await client.close()
 
 def loopback_tcp_mb_per_s(seconds: float) -> float:
     """One sender thread, one receiver, 64 KiB writes over 127.0.0.1."""
@@ -171,7 +140,7 @@ def run(quick: bool = False) -> dict:
             os.sync()
             sweep["pulsar_client"][str(size)] = official_produce(deployment.broker.service_url, _count(size, n, quick), size)
             os.sync()
-            sweep["magnetar"][str(size)] = uvloop.run(_magnetar_produce_consume(deployment.broker.service_url, _count(size, n, quick), size))
+            sweep["magnetar"][str(size)] = uvloop.run(magnetar_produce_consume(deployment.broker.service_url, _count(size, n, quick), size))
     finally:
         deployment.stop()
     for system in sweep.values():  # one name for the produce rate across the three drivers
