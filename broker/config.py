@@ -88,6 +88,26 @@ class BrokerConfig:
     load_balancer_bundle_unload_min_msg_rate: float = 1000.0  # ours: Pulsar's minimum is 10 MB/s of throughput
     load_balancer_broker_max_msg_rate: float = 100_000.0  # ours: the msg/s in + out that count as 100 % load
 
+    # Security (docs/security.md). All off by default: standalone stays open on loopback, as Pulsar standalone is.
+    tls_port: int | None = None  # Pulsar's brokerServicePortTls: pulsar+ssl:// next to (or instead of) port
+    https_port: int | None = None  # webServicePortTls
+    tls_certificate_file_path: str | None = None
+    tls_key_file_path: str | None = None
+    tls_trust_certs_file_path: str | None = None  # CA that client certificates must chain to
+    tls_require_trusted_client_cert_on_connect: bool = False
+    tls_allow_insecure_connection: bool = False
+    authentication_enabled: bool = False
+    authentication_providers: tuple[str, ...] = ()  # "token", "tls", "basic"; Pulsar's class names map to these
+    token_secret_key: str | None = None  # file:///path or data:;base64,... (HS256)
+    token_public_key: str | None = None  # file:///path or data:;base64,... (RS256, ES256)
+    token_auth_claim: str = "sub"  # Pulsar's tokenAuthClaim: the claim that names the role
+    basic_auth_conf: str | None = None  # htpasswd file (path, file:// or data:)
+    anonymous_user_role: str | None = None  # the role of a client that presents no credentials; None = refused
+    authorization_enabled: bool = False
+    super_user_roles: tuple[str, ...] = ()
+    advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
+    internal_listener_name: str | None = None
+
     def __post_init__(self) -> None:
         if self.advertised_address is None:
             object.__setattr__(self, "advertised_address", "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host)

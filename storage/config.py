@@ -30,6 +30,9 @@ def coerce(name: str, typ: Any, value: Any) -> Any:
         if value.lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{name}: expected a boolean, got {value!r}")
+    if text.startswith("tuple"):  # a list in TOML; "a,b" in env, flags and Pulsar properties files
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(str(item).strip() for item in items if str(item).strip())
     try:
         if "Path" in text:
             return Path(value)
