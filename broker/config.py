@@ -46,6 +46,9 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
+    # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
+    max_num_messages_in_batch: int = 100_000
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -188,6 +191,8 @@ class BrokerConfig:
             raise ValueError("load_balancer_namespace_maximum_bundles must be >= default_number_of_namespace_bundles")
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
+        if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
+            raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",

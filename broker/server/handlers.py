@@ -29,7 +29,9 @@ from storage.managed_ledger import InitialPosition, Position
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 MAX_PROTOCOL_VERSION = 20
-LATEST_LEDGER_ID = (1 << 63) - 1  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
+LATEST_LEDGER_ID = (1 << 63) - 1
+# Ours: the clients group at most 1,000 acks into one ACK (ackGroupingMaxSize); this bounds one frame's work.
+MAX_ACK_MESSAGE_IDS = 10_000  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
 _producer_names = itertools.count()
 
 
@@ -207,9 +209,13 @@ def on_send(conn, frame) -> None:
         error(NotAllowedError(
             f"message of {len(frame.payload)} bytes exceeds the maximum message size of {conn.config.max_message_size} bytes"))
         return
+    try:
+        num_messages = message_count(c, frame.metadata, len(frame.payload), conn.config.max_num_messages_in_batch)
+    except BrokerError as exc:
+        error(exc)
+        return
     producer, topic = binding.producer, binding.topic
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
-    num_messages = c.num_messages if c.HasField("num_messages") else 1
     conn.tasks.send_started()
 
     async def run():
@@ -228,6 +234,21 @@ def on_send(conn, frame) -> None:
             message_id=pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)))
 
     conn.tasks.spawn(run())
+
+
+def message_count(send, metadata, payload_bytes: int, maximum: int) -> int:
+    """The messages a SEND carries. Both counts the producer declares (the command's and the batch metadata's)
+    must be at least 1 and at most the configured maximum and the payload's size (each message of a batch takes
+    at least a byte): a poison count would otherwise stall consumers' permits and unacked accounting."""
+    declared = (("num_messages", send.num_messages if send.HasField("num_messages") else 1),
+                ("num_messages_in_batch",
+                 metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1))
+    bound = min(maximum, max(payload_bytes, 1))
+    for field, value in declared:
+        if not 1 <= value <= bound:
+            raise NotAllowedError(f"{field} {value} is out of range: a message of {payload_bytes} bytes may carry "
+                                  f"1..{bound} messages (max_num_messages_in_batch {maximum})")
+    return declared[0][1]
 
 
 def on_close_producer(conn, frame) -> None:
@@ -302,9 +323,11 @@ def on_flow(conn, frame) -> None:
 def on_ack(conn, frame) -> None:
     c = frame.command.ack
     binding = _binding(conn, c.consumer_id)
-    ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
-    if not ids:
+    if not c.message_id:
         raise NotAllowedError("ACK without message ids")
+    if len(c.message_id) > MAX_ACK_MESSAGE_IDS:
+        raise NotAllowedError(f"ACK with {len(c.message_id)} message ids; at most {MAX_ACK_MESSAGE_IDS} per ACK")
+    ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
 
