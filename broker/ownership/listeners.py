@@ -64,7 +64,7 @@ def parse_listeners(text: str | None, *, plain_port: bool = True, tls_port: bool
             continue
         name, sep, url = entry.partition(":")
         name, url = name.strip(), url.strip()
-        if not sep or not name or "//" in name:
+        if not sep or not name or url.startswith("//"):
             raise ListenerConfigError(f"advertisedListeners entry {entry!r} has no listener name (want name:scheme://host:port)")
         if not _NAME.match(name):
             raise ListenerConfigError(f"advertisedListeners: listener name {name!r} must be 1-64 letters, digits, '_', '.' or '-'")
