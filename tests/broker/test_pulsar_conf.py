@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,8 @@ def test_a_cross_field_problem_names_the_file(tmp_path):
     conf.write_text("metadataStoreUrl=zk:127.0.0.1:2181\nbrokerServicePort=\n")  # and no TLS port
     with pytest.raises(PulsarConfigError, match="broker.conf: port and tls_port are both off"):
         load_config(conf, environ={})
+
+
+def test_docs_list_every_pulsar_key():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    assert [key for key in PULSAR_KEYS if f"| `{key}` |" not in page] == []
