@@ -324,6 +324,32 @@ def test_http_lookup_honours_the_listener_name(listener_broker):
     assert status >= 400 and "no advertised listener named 'test'" in body["reason"]
 
 
+def test_any_broker_answers_with_the_owners_listener(start_bookies, tmp_path, started):
+    """Two brokers on one ZooKeeper, each with an external listener on 127.0.0.2 behind its own forwarder: a client
+    that asks broker A for a topic broker B owns is sent to B's external address."""
+    url = start_bookies(3).metadata_url
+    brokers, forwarders = [], []
+    for i in range(2):
+        port, web, external = free_port(), free_port(), free_port()
+        forwarders.append(Forwarder(("127.0.0.2", external), ("127.0.0.1", port)))
+        env = {"MAGNETAR_BROKER_ADVERTISED_LISTENERS":
+               f"internal:pulsar://127.0.0.1:{port},external:pulsar://127.0.0.2:{external}"}
+        brokers.append(BrokerProcess(tmp_path / f"broker-{i}", metadata_url=url, port=port, http_port=web, env=env))
+    try:
+        for broker in brokers:
+            started(broker)
+        a, b = brokers
+        topic = "persistent://public/default/owned-by-b"
+        assert http_lookup(b, "owned-by-b", "?authoritative=true")[1]["brokerUrl"] == b.service_url  # b takes it
+        assert http_lookup(a, "owned-by-b", "?listenerName=external")[1]["brokerUrl"] == \
+            f"pulsar://127.0.0.2:{forwarders[1]._server.getsockname()[1]}"
+        assert produce_and_consume(a.service_url, topic, listener_name="external") == [topic.encode()]
+        assert forwarders[1].accepted >= 1 and forwarders[0].accepted == 0
+    finally:
+        for forwarder in forwarders:
+            forwarder.close()
+
+
 # ---- clusters ---------------------------------------------------------------------------------------------------
 
 
