@@ -13,7 +13,7 @@ import json
 import urllib.parse
 from dataclasses import dataclass, field
 
-from broker.errors import BrokerError, metadata_errors
+from broker.errors import BrokerError, NotAllowedError, metadata_errors
 from broker.ownership.resources import ConflictError, NotFoundError
 from broker.topics.names import check_segment
 from storage.errors import BadVersionError, NodeExistsError, NoNodeError
@@ -21,6 +21,8 @@ from storage.metadata import MetadataStore
 
 CLUSTERS_ROOT = "/admin/clusters"
 MAX_VALUE_CHARS = 4096
+MAX_LIST_ITEMS = 256
+MAX_CLUSTERS = 1024  # a bound on what the admin REST can make the metadata store hold
 
 URL_SCHEMES = {  # ClusterData URL field -> the schemes Pulsar accepts in it
     "serviceUrl": ("http",),
@@ -81,9 +83,10 @@ class ClusterData:
                     raise ClusterDataError(f"{key} must be true or false")
                 extra[key] = value
             elif key in LIST_FIELDS:
-                if not isinstance(value, list) or not all(isinstance(v, str) and len(v) <= MAX_VALUE_CHARS for v in value):
-                    raise ClusterDataError(f"{key} must be a list of strings")
-                extra[key] = value[:256]
+                if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS \
+                        or not all(isinstance(v, str) and len(v) <= MAX_VALUE_CHARS for v in value):
+                    raise ClusterDataError(f"{key} must be a list of at most {MAX_LIST_ITEMS} strings")
+                extra[key] = value
             else:
                 if not isinstance(value, str) or len(value) > MAX_VALUE_CHARS:
                     raise ClusterDataError(f"{key} must be a string of at most {MAX_VALUE_CHARS} characters")
@@ -132,6 +135,8 @@ class Clusters:
         return ClusterData.from_json(json.loads(data)), stat.version
 
     async def create(self, name: str, data: ClusterData) -> None:
+        if len(await self.names()) >= MAX_CLUSTERS:
+            raise NotAllowedError(f"there are {MAX_CLUSTERS} clusters already; delete one first")
         with metadata_errors(f"creating cluster {name}"):
             try:
                 await self.store.create(self._path(name), _dump(data), make_parents=True)
