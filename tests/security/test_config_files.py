@@ -20,8 +20,10 @@ import pytest
 import trustme
 
 from broker.config import load_config
+from broker.ownership.bundles import NamespaceBundles
 from storage.testing.processes import VENV_BIN, BrokerProcess, free_port
 from storage.testing.waiting import wait_until
+from tests.cluster.support import topics_in
 from tests.official_client.support import admin_call, payloads, receive_n
 
 # Settings a real Pulsar standalone-ssl.conf carries that Magnetar does not have: they must not stop the broker.
@@ -304,6 +306,20 @@ def test_an_unknown_listener_name_fails_the_lookup(listener_broker):
         client.close()
 
 
+def test_a_listener_name_on_a_broker_without_listeners_fails(standalone):
+    """What the official client's own listener_name test expects of a broker with no advertisedListeners."""
+    assert admin_call(standalone, "PUT", "/admin/v2/persistent/public/default/no-listeners/partitions", 3)[0] == 204
+    client = pulsar.Client(standalone.service_url, listener_name="test", operation_timeout_seconds=3,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer("persistent://public/default/no-listeners")
+    finally:
+        client.close()
+    topic = "persistent://public/default/no-listeners"
+    assert produce_and_consume(standalone.service_url, topic) == [topic.encode()]  # without a name it works
+
+
 def http_lookup(broker, topic: str, query: str = "", headers: dict | None = None) -> tuple[int, dict]:
     req = urllib.request.Request(f"{broker.web_url}/lookup/v2/topic/persistent/public/default/{topic}{query}",
                                  headers=headers or {})
@@ -345,6 +361,11 @@ def test_any_broker_answers_with_the_owners_listener(start_bookies, tmp_path, st
             f"pulsar://127.0.0.2:{forwarders[1]._server.getsockname()[1]}"
         assert produce_and_consume(a.service_url, topic, listener_name="external") == [topic.encode()]
         assert forwarders[1].accepted >= 1 and forwarders[0].accepted == 0
+        # Unowned bundles: placement spreads them over both brokers; a lookup sent on (307) keeps its listener.
+        externals = {f"pulsar://127.0.0.2:{f._server.getsockname()[1]}" for f in forwarders}
+        answers = {http_lookup(a, name.rsplit("/", 1)[1], "?listenerName=external")[1]["brokerUrl"]
+                   for name in (topics_in(bundle, 1, "spread")[0] for bundle in NamespaceBundles.equal(4).ranges())}
+        assert answers == externals
     finally:
         for forwarder in forwarders:
             forwarder.close()
