@@ -126,6 +126,14 @@ class BrokerConfig:
         return None if self.http_port is None else f"http://{self.advertised_address}:{self.http_port}"
 
     @property
+    def service_url_tls(self) -> str | None:
+        return None if self.tls_port is None else f"pulsar+ssl://{self.advertised_address}:{self.tls_port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        return None if self.https_port is None else f"https://{self.advertised_address}:{self.https_port}"
+
+    @property
     def broker_id(self) -> str:
         return f"{self.advertised_address}:{self.port if self.port is not None else self.tls_port}"
 

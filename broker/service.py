@@ -106,21 +106,15 @@ class BrokerService:
     def cluster_data(self) -> ClusterData:
         """This broker's URLs as its cluster's entry, made at start when the cluster has none (as Pulsar
         standalone initialises its cluster metadata)."""
-        config = self.config
-        return ClusterData(
-            config.web_service_url,
-            None if config.https_port is None else f"https://{config.advertised_address}:{config.https_port}",
-            None if config.port is None else self.service_url,
-            None if config.tls_port is None else f"pulsar+ssl://{config.advertised_address}:{config.tls_port}")
+        info = self.broker_info()
+        return ClusterData(info.web_service_url, info.web_service_url_tls, info.service_url, info.service_url_tls)
 
     def broker_info(self) -> BrokerInfo:
         """What this broker publishes about itself (registration, ownership nodes). With advertised listeners its
         default URLs are the internal listener's, as in Pulsar: brokers and clients that name no listener use them."""
         config = self.config
-        tls_url = None if config.tls_port is None else f"pulsar+ssl://{config.advertised_address}:{config.tls_port}"
-        https_url = None if config.https_port is None else f"https://{config.advertised_address}:{config.https_port}"
-        service_url = None if config.port is None else self.service_url
-        web_url = config.web_service_url
+        service_url, tls_url = (None if config.port is None else self.service_url), config.service_url_tls
+        web_url, https_url = config.web_service_url, config.web_service_url_tls
         internal = config.internal_listener
         if internal is not None:
             service_url, tls_url = internal.service_url, internal.service_url_tls
