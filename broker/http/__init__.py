@@ -5,12 +5,14 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.http.admin import SERVICE, routes
+from broker.http.clusters import routes as cluster_routes
 
 
 async def start_http(service, host: str, port: int) -> web.AppRunner:
     app = web.Application(middlewares=[_errors])
     app[SERVICE] = service
     app.add_routes(routes)
+    app.add_routes(cluster_routes)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True).start()

@@ -14,6 +14,7 @@ import json
 from aiohttp import web
 
 from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
+from broker.http.lookup import lookup_answer, lookup_redirect
 from broker.http.metrics import render_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
@@ -436,7 +437,7 @@ async def lookup(request):
     asked with ``authoritative=true``, which takes the bundle and answers (Pulsar's shape)."""
     service = _service(request)
     broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
     if not owns:
-        raise web.HTTPTemporaryRedirect(f"{broker.web_service_url}{request.path}?authoritative=true")
-    return web.json_response({"brokerUrl": broker.service_url, "brokerUrlTls": "", "httpUrl": broker.web_service_url,
-                              "httpUrlTls": "", "nativeUrl": broker.service_url})
+        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener))
+    return web.json_response(lookup_answer(broker, listener))

@@ -112,6 +112,9 @@ def on_lookup(conn, frame) -> None:
         try:
             topic = parse_topic(c.topic)
             broker, _ = await conn.service.lookup(topic, c.authoritative)
+            # The client's advertised listener picks which of the owner's addresses it is given (Pulsar's
+            # advertisedListeners); an unknown name fails the lookup with ServiceNotReady.
+            url, url_tls = broker.lookup_urls(c.advertised_listener_name if c.HasField("advertised_listener_name") else None)
         except BrokerError as exc:
             conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
                 request_id=c.request_id, response=pb.CommandLookupTopicResponse.Failed, error=exc.code, message=str(exc)))
@@ -119,8 +122,8 @@ def on_lookup(conn, frame) -> None:
         redirect = broker.broker_id != conn.service.ownership.me.broker_id
         kind = pb.CommandLookupTopicResponse.Redirect if redirect else pb.CommandLookupTopicResponse.Connect
         conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
-            request_id=c.request_id, brokerServiceUrl=broker.service_url, response=kind, authoritative=True,
-            proxy_through_service_url=False))
+            request_id=c.request_id, brokerServiceUrl=url, brokerServiceUrlTls=url_tls, response=kind,
+            authoritative=True, proxy_through_service_url=False))
 
     conn.tasks.spawn(run(), c.request_id)
 
