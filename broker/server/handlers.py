@@ -17,6 +17,7 @@ from broker.errors import (
     BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
+from broker.security.authorization import Need, check, effective_role
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
@@ -91,6 +92,7 @@ def on_partitioned_metadata(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             partitions = await conn.service.partitioned_metadata(topic)
         except BrokerError as exc:
             conn.write(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=pb.CommandPartitionedTopicMetadataResponse(
@@ -109,6 +111,7 @@ def on_lookup(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             broker, _ = await conn.service.lookup(topic, c.authoritative)
         except BrokerError as exc:
             conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
@@ -128,6 +131,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
 
     async def run():
         ns = parse_namespace(c.namespace)
+        await check(conn.service, effective_role(conn), ns, Need.NAMESPACE_LOOKUP)
         names = [str(t) for t in await conn.service.resources.topics(ns)]
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
@@ -160,6 +164,7 @@ def on_producer(conn, frame) -> None:
     producer = Producer(c.producer_id, name, conn, mode, user_provided_name=c.user_provided_producer_name)
 
     async def run():
+        await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
@@ -273,6 +278,7 @@ def on_subscribe(conn, frame) -> None:
     )
 
     async def run():
+        await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
