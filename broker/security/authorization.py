@@ -140,10 +140,10 @@ def requires(need: Need):
     return declare
 
 
-async def check(service, role: str | None, resource, need: Need) -> None:
+async def check(service, role: str | None, resource, need: Need) -> int:
     """Raise AuthorizationError unless ``role`` may do ``need`` on ``resource`` (a TopicName, NamespaceName or
-    tenant name). Returns at once when authorization is off."""
-    await service.authorization.check(role, resource, need)
+    tenant name). Returns at once when authorization is off. The int returned is for ``admitted``."""
+    return await service.authorization.check(role, resource, need)
 
 
 class _Node:
@@ -171,14 +171,26 @@ class AuthorizationService:
         self.super_user_roles = frozenset(self.config.super_user_roles)
         self._nodes: OrderedDict[str, _Node] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
+        self.changes = 0  # grant changes heard so far: a check's answer is stale once this moved on
         if self.enabled:
             self.store.add_session_listener(self._session_changed)
 
     # ---- checks ----------------------------------------------------------------
 
-    async def check(self, role: str | None, resource, need: Need) -> None:
+    async def check(self, role: str | None, resource, need: Need) -> int:
+        """Raise AuthorizationError unless allowed. Returns the change count the answer was based on, for
+        ``admitted``."""
+        changes = self.changes
         if not await self.allowed(role, resource, need):
             raise AuthorizationError(refusal(role, need, resource))
+        return changes
+
+    def admitted(self, topic, checked_at: int) -> None:
+        """A producer or consumer allowed by a check that returned ``checked_at`` is now attached to ``topic``. If
+        grants changed in between (a topic load takes a while), the re-check those changes started may have run
+        before it was attached: check the topic's clients again."""
+        if self.enabled and self.changes != checked_at:
+            self._spawn(self._recheck_topic(topic))
 
     async def allowed(self, role: str | None, resource, need: Need) -> bool:
         if not self.enabled or need is Need.OPEN or (role is not None and role in self.super_user_roles):
@@ -254,6 +266,7 @@ class AuthorizationService:
             return
         node.generation += 1
         node.fresh = False
+        self.changes += 1
         self._spawn(self.recheck(path))
 
     def _session_changed(self, state: SessionState) -> None:
@@ -262,6 +275,7 @@ class AuthorizationService:
         for node in self._nodes.values():
             node.generation += 1
             node.fresh = False
+        self.changes += 1
         self._spawn(self.recheck(POLICIES_ROOT))
 
     # ---- live producers and consumers --------------------------------------------
@@ -299,8 +313,8 @@ class AuthorizationService:
                 if not await self.allowed(role, topic.name, Need.CONSUME):
                     log.info("closing consumer %r of %s on %s: role %r may no longer consume", consumer.name,
                              sub.name, topic.name, role)
+                    await sub.remove_consumer(consumer)  # first: nothing more is dispatched to it
                     consumer.close(notify=True)
-                    await sub.remove_consumer(consumer)
                     closed += 1
         return closed
 

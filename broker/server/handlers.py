@@ -164,7 +164,7 @@ def on_producer(conn, frame) -> None:
     producer = Producer(c.producer_id, name, conn, mode, user_provided_name=c.user_provided_producer_name)
 
     async def run():
-        await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
@@ -172,6 +172,7 @@ def on_producer(conn, frame) -> None:
             conn.session.abandon(c.request_id)
             return
         conn.producers[c.producer_id] = ProducerBinding(producer, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         if wait is not None:
             conn.write(T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
                 request_id=c.request_id, producer_name=name, last_sequence_id=-1, producer_ready=False))
@@ -278,7 +279,7 @@ def on_subscribe(conn, frame) -> None:
     )
 
     async def run():
-        await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
@@ -286,6 +287,7 @@ def on_subscribe(conn, frame) -> None:
             await sub.remove_consumer(consumer)
             return
         conn.consumers[c.consumer_id] = ConsumerBinding(consumer, sub, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         conn.send_success(c.request_id)
 
     conn.spawn(run(), c.request_id, close_when_not_ready=True)

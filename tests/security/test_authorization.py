@@ -244,6 +244,43 @@ def test_a_revocation_closes_live_clients_within_5s_and_harms_no_one_else(broker
     assert bystander.is_connected() and bystander_consumer.is_connected()
 
 
+def test_a_revocation_reaches_magnetar_clients(broker, client, admin, namespace):
+    """The same with ``magnetar``: its consumer hears CLOSE_CONSUMER and may not resubscribe, so it gets nothing
+    sent after the revocation; its producer's reconnection is refused, so its sends fail."""
+    topic = f"persistent://{namespace}/m-live"
+    grant(admin, namespace, "anon", ["produce"])
+    grant(admin, namespace, "anon", ["consume"], topic=topic)
+    c = magnetar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        wait_until(lambda: _magnetar_subscribes(c, topic), REVOCATION_S, "the grants")
+        consumer = c.subscribe(topic, "m")  # subscribed before the sentinel: the re-check closes it first
+        sentinel = client.subscribe(topic, "sentinel")
+        producer = c.create_producer(topic, send_timeout_millis=2000)
+        producer.send(b"before")
+        assert consumer.receive(timeout_millis=10_000).data() == b"before"
+
+        grant(admin, namespace, "anon", None, topic=topic)  # consume revoked, produce kept
+        wait_until(lambda: not sentinel.is_connected(), REVOCATION_S, "the broker to close the consumers")
+        producer.send(b"after")  # still allowed to produce
+        with pytest.raises(magnetar.Timeout):
+            consumer.receive(timeout_millis=1500)
+        with pytest.raises(magnetar.AuthorizationError, match="'anon' is not allowed to consume from topic"):
+            c.subscribe(topic, "m2")
+
+        grant(admin, namespace, "anon", None)  # produce revoked too
+        wait_until(lambda: _send_fails(producer), REVOCATION_S + 5, "the producer's sends to fail")
+    finally:
+        c.close()
+
+
+def _send_fails(producer) -> bool:
+    try:
+        producer.send(b"probe")
+        return False
+    except magnetar.MagnetarError:
+        return True
+
+
 async def _tenant_and_namespace(resources, ns: str):
     tenant = ns.split("/")[0]
     await resources.create_tenant(tenant, TenantInfo([], ["standalone"]))

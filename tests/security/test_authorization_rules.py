@@ -308,3 +308,48 @@ async def test_superusers_read_nothing(authz):
     assert await authz.authz.allowed("root", parse_topic("persistent://nowhere/ns/x"), Need.PRODUCE)
     with pytest.raises(AuthorizationError, match="anonymous"):
         await authz.authz.check(None, parse_topic("persistent://nowhere/ns/x"), Need.LOOKUP)
+
+
+async def test_a_client_attached_after_a_change_it_was_checked_before_is_checked_again(authz):
+    """The window of a topic load: PRODUCER is checked, the grant is revoked (and the re-check finds nothing yet),
+    then the producer is attached. ``admitted`` sees that grants changed since the check and closes it."""
+    ns, name = parse_namespace("t/ns"), parse_topic("persistent://t/ns/x")
+    await authz.resources.update_auth_policies(ns, _grant("app", ["produce"]))
+    app = FakeConnection(authz.config, "app")
+    checked_at = await authz.authz.check("app", name, Need.PRODUCE)
+    await authz.resources.update_auth_policies(ns, _grant("app", None))
+    await wait_until_async(lambda: authz.authz.changes != checked_at, 5, "the revocation to be heard")
+    topic = FakeTopic(str(name), [Producer(1, "late", app)], {})
+    authz.service.topics[str(name)] = topic
+    authz.authz.admitted(topic, checked_at)
+    await wait_until_async(lambda: app.closed_producers == [1], 5, "the late producer to be closed")
+    assert topic.producers == []
+
+
+async def test_a_client_attached_with_no_change_since_its_check_is_left_alone(authz):
+    ns, name = parse_namespace("t/ns"), parse_topic("persistent://t/ns/x")
+    await authz.resources.update_auth_policies(ns, _grant("app", ["produce"]))
+    await wait_until_async(lambda: authz.authz.allowed("app", name, Need.PRODUCE), 5, "the grant")
+    checked_at = await authz.authz.check("app", name, Need.PRODUCE)
+    app = FakeConnection(authz.config, "app")
+    topic = FakeTopic(str(name), [Producer(1, "on-time", app)], {})
+    authz.authz.admitted(topic, checked_at)
+    assert not authz.authz._tasks  # nothing to re-check
+    assert [p.name for p in topic.producers] == ["on-time"]
+
+
+async def test_a_partition_has_its_partitioned_topics_grants(authz):
+    ns = parse_namespace("t/ns")
+
+    def change(auth):
+        auth["destination_auth"]["persistent://t/ns/parted"] = {"app": ["consume"]}
+        auth["destination_auth"]["persistent://t/ns/parted-partition-1"] = {"app": ["produce"]}
+        return auth
+
+    await authz.resources.update_auth_policies(ns, change)
+    p1, p0 = parse_topic("persistent://t/ns/parted-partition-1"), parse_topic("persistent://t/ns/parted-partition-0")
+    await wait_until_async(lambda: authz.authz.allowed("app", p1, Need.CONSUME), 5, "the grants")
+    assert await authz.authz.allowed("app", p1, Need.PRODUCE)  # its own
+    assert await authz.authz.allowed("app", p0, Need.CONSUME)  # inherited
+    assert not await authz.authz.allowed("app", p0, Need.PRODUCE)
+    assert not await authz.authz.allowed("app", parse_topic("persistent://t/ns/parted-2"), Need.CONSUME)
