@@ -8,6 +8,9 @@ route that declares nothing is refused while authorization is on, so a new
 route cannot be open by omission (and a test walks every route for a
 declaration). With authorization off the middleware only passes through.
 
+``POST /admin/v2/tenants/{t}`` (a superuser) replaces a tenant's info, and so
+its ``adminRoles``, as Pulsar's tenant update does.
+
 Permission routes (all need a tenant admin or a superuser):
 ``POST/DELETE /admin/v2/namespaces/{t}/{ns}/permissions/{role}`` (the body a
 JSON array of actions), ``GET /admin/v2/namespaces/{t}/{ns}/permissions``
@@ -22,7 +25,7 @@ from aiohttp import web
 
 from broker.errors import AuthorizationError
 from broker.http.admin import SERVICE, _json, _ns, _service, _topic
-from broker.ownership.resources import NotFoundError, check_role, parse_actions
+from broker.ownership.resources import NotFoundError, TenantInfo, check_role, parse_actions
 from broker.security.authorization import Need, refusal, request_role, requires
 
 routes = web.RouteTableDef()
@@ -47,6 +50,17 @@ async def authorize(request, handler):
         raise AuthorizationError(refusal(role, need, resource if need is not Need.SUPERUSER else
                                          f"{request.method} {request.path}"))
     return await handler(request)
+
+
+# ---- tenant admin roles -------------------------------------------------------------
+
+
+@routes.post("/admin/v2/tenants/{tenant}")
+@requires(Need.SUPERUSER)
+async def update_tenant(request):
+    body = await _json(request, {}) or {}
+    await _service(request).resources.update_tenant(request.match_info["tenant"], TenantInfo.from_json(body))
+    return web.Response(status=204)
 
 
 # ---- namespace permissions ----------------------------------------------------------

@@ -192,6 +192,14 @@ class Resources:
     async def get_tenant(self, tenant: str) -> TenantInfo:
         return TenantInfo.from_json(await self._get(f"{POLICIES_ROOT}/{tenant}", f"tenant {tenant} does not exist"))
 
+    async def update_tenant(self, tenant: str, info: TenantInfo) -> None:
+        """Replace a tenant's info (its admin roles, allowed clusters); NotFoundError if it does not exist."""
+        with metadata_errors(f"updating tenant {tenant}"):
+            try:
+                await self.store.set(f"{POLICIES_ROOT}/{tenant}", _dump(info.to_json()))
+            except NoNodeError as exc:
+                raise NotFoundError(f"tenant {tenant} does not exist") from exc
+
     async def delete_tenant(self, tenant: str) -> None:
         if await self.namespaces(tenant):
             raise NotAllowedError(f"tenant {tenant} still has namespaces")

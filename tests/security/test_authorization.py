@@ -307,6 +307,7 @@ def test_admin_rest_refuses_a_role_without_the_permission(broker, admin, namespa
     tenant = namespace.split("/")[0]
     refused = [
         ("PUT", "/admin/v2/tenants/newtenant", {"adminRoles": ["anon"]}),
+        ("POST", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["anon"]}),
         ("GET", "/admin/v2/tenants", None),
         ("DELETE", f"/admin/v2/tenants/{tenant}", None),
         ("GET", f"/admin/v2/namespaces/{tenant}", None),
@@ -325,6 +326,7 @@ def test_admin_rest_refuses_a_role_without_the_permission(broker, admin, namespa
         assert "'anon'" in answer["reason"], answer
     # refused requests changed nothing
     assert admin(lambda r: r.store.exists("/admin/policies/newtenant")) is None
+    assert admin(lambda r: r.get_tenant(tenant)).admin_roles == []
     assert admin(lambda r: r.namespace_exists(parse_namespace(f"{tenant}/another"))) is False
     assert admin(lambda r: r.get_policies(parse_namespace(namespace))).auth_policies is None
     assert not topic_exists(admin, f"persistent://{namespace}/t1")
@@ -397,3 +399,19 @@ def test_namespace_creation_accepts_pulsars_auth_policies(broker, own_tenant):
     assert http(broker, "PUT", f"/admin/v2/tenants/{own_tenant}x", {})[0] == 403
     assert http(broker, "GET", f"/admin/v2/tenants/{own_tenant}") == (
         200, {"adminRoles": ["anon"], "allowedClusters": ["standalone"]})
+
+
+def test_with_authorization_off_everyone_manages_tenants_and_permissions(standalone):
+    """``broker standalone`` keeps authorization off (as Pulsar standalone does): the same routes, no checks."""
+    tenant = f"open{uuid.uuid4().hex[:8]}"
+    assert http(standalone, "PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["a"], "allowedClusters": []})[0] == 204
+    assert http(standalone, "POST", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["b", "c"]})[0] == 204
+    assert http(standalone, "GET", f"/admin/v2/tenants/{tenant}") == (200, {"adminRoles": ["b", "c"], "allowedClusters": []})
+    assert http(standalone, "POST", "/admin/v2/tenants/missing", {"adminRoles": []})[0] == 404
+    assert http(standalone, "POST", f"/admin/v2/tenants/{tenant}", {"adminRoles": "b"})[0] == 400
+    assert http(standalone, "PUT", f"/admin/v2/namespaces/{tenant}/ns", {})[0] == 204
+    base = f"/admin/v2/namespaces/{tenant}/ns/permissions"
+    assert http(standalone, "POST", f"{base}/app", ["produce", "functions"])[0] == 204
+    assert http(standalone, "GET", base) == (200, {"app": ["functions", "produce"]})
+    assert http(standalone, "DELETE", f"{base}/app")[0] == 204
+    assert http(standalone, "GET", base) == (200, {})

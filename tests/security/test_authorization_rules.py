@@ -14,6 +14,7 @@ from broker.http import build_app
 from broker.ownership.resources import (
     AUTH_ACTIONS, InvalidPoliciesError, NamespacePolicies, Resources, TenantInfo, normalize_auth_policies, parse_actions,
 )
+from broker.security import authorization as authorization_module
 from broker.security.authorization import (
     AuthorizationService, Grants, Need, allows, effective_role, refusal, request_role,
 )
@@ -353,3 +354,44 @@ async def test_a_partition_has_its_partitioned_topics_grants(authz):
     assert await authz.authz.allowed("app", p0, Need.CONSUME)  # inherited
     assert not await authz.authz.allowed("app", p0, Need.PRODUCE)
     assert not await authz.authz.allowed("app", parse_topic("persistent://t/ns/parted-2"), Need.CONSUME)
+
+
+async def test_a_tenant_admin_removed_from_adminroles_loses_its_clients_in_every_namespace(authz):
+    await authz.resources.create_namespace(parse_namespace("t/second"))
+    boss = FakeConnection(authz.config, "boss")
+    topics = [FakeTopic(f"persistent://t/{ns}/x", [Producer(i, f"p{i}", boss)], {}) for i, ns in enumerate(("ns", "second"))]
+    for topic in topics:
+        authz.service.topics[str(topic.name)] = topic
+    assert await authz.authz.recheck("/admin/policies/t") == 0
+    await authz.resources.update_tenant("t", TenantInfo(["someone-else"], []))
+    await wait_until_async(lambda: sorted(boss.closed_producers) == [0, 1], 5, "both producers to be closed")
+
+
+async def test_a_lost_session_forgets_the_cache_and_checks_every_client_again(authz):
+    """A watch that could have missed a change (the session was lost) is not trusted: everything is re-read."""
+    ns, name = parse_namespace("t/ns"), parse_topic("persistent://t/ns/x")
+    await authz.resources.update_auth_policies(ns, _grant("app", ["produce"]))
+    app = FakeConnection(authz.config, "app")
+    authz.service.topics[str(name)] = FakeTopic(str(name), [Producer(1, "p", app)], {})
+    assert await authz.authz.recheck("/admin/policies") == 0
+    node = authz.authz._nodes["/admin/policies/t/ns"]
+    node.watch.cancel()  # the change below goes unheard, as it could while the session is down
+    await authz.resources.update_auth_policies(ns, _grant("app", None))
+    assert await authz.authz.allowed("app", name, Need.PRODUCE)  # stale, for now
+    await authz.service.store.expire_session()
+    await wait_until_async(lambda: app.closed_producers == [1], 5, "the producer to be closed after the session loss")
+    assert not await authz.authz.allowed("app", name, Need.PRODUCE)
+
+
+async def test_the_cache_is_bounded_and_evicted_nodes_stop_being_watched(authz, monkeypatch):
+    monkeypatch.setattr(authorization_module, "MAX_CACHED_NODES", 3)
+    watches = []
+    for i in range(6):
+        await authz.authz.allowed("someone", f"tenant{i}", Need.TENANT_ADMIN)
+        watches.append(authz.authz._nodes[f"/admin/policies/tenant{i}"].watch)
+    assert list(authz.authz._nodes) == [f"/admin/policies/tenant{i}" for i in (3, 4, 5)]
+    assert [w.cancelled for w in watches] == [True, True, True, False, False, False]  # the embedded store's handle
+    await authz.resources.create_tenant("tenant0", TenantInfo(["someone"], []))  # evicted: not cached, not heard
+    await authz.resources.create_tenant("tenant5", TenantInfo(["someone"], []))  # cached: heard
+    await wait_until_async(lambda: authz.authz.allowed("someone", "tenant5", Need.TENANT_ADMIN), 5, "the change")
+    assert await authz.authz.allowed("someone", "tenant0", Need.TENANT_ADMIN)  # read afresh on its next use
