@@ -305,7 +305,7 @@ class AuthorizationService:
             if not await self.allowed(role, topic.name, Need.PRODUCE):
                 log.info("closing producer %r on %s: role %r may no longer produce", producer.name, topic.name, role)
                 topic.remove_producer(producer)
-                producer.connection.close_producer(producer.producer_id)
+                producer.connection.out.close_producer(producer.producer_id)
                 closed += 1
         for sub in list(topic.subscriptions.values()):
             for consumer in sub.consumers:

@@ -176,17 +176,12 @@ class FakeConnection:
 
     def __init__(self, config, role):
         self.config, self.auth_role = config, role
+        self.producers: dict = {}
+        self.consumers: dict = {}
         self.closed_producers: list[int] = []
         self.closed_consumers: list[int] = []
-
-    def close_producer(self, producer_id):
-        self.closed_producers.append(producer_id)
-
-    def send_close_consumer(self, consumer_id):
-        self.closed_consumers.append(consumer_id)
-
-    def forget_consumer(self, consumer_id):
-        pass
+        self.out = types.SimpleNamespace(close_producer=self.closed_producers.append,
+                                         close_consumer=self.closed_consumers.append)
 
 
 class FakeSubscription:
