@@ -27,6 +27,7 @@ from broker.errors import AuthorizationError
 from broker.http.admin import SERVICE, _json, _ns, _service, _topic
 from broker.ownership.resources import NotFoundError, TenantInfo, check_role, parse_actions
 from broker.security.authorization import Need, refusal, request_role, requires
+from broker.topics.names import check_segment
 
 routes = web.RouteTableDef()
 
@@ -44,8 +45,10 @@ async def authorize(request, handler):
         resource = _topic(request)
     elif need is Need.NAMESPACE_LOOKUP:
         resource = _ns(request)
+    elif "tenant" in request.match_info:
+        resource = check_segment("tenant", request.match_info["tenant"])
     else:
-        resource = request.match_info.get("tenant")
+        resource = None
     if not await service.authorization.allowed(role, resource, need):
         raise AuthorizationError(refusal(role, need, resource if need is not Need.SUPERUSER else
                                          f"{request.method} {request.path}"))

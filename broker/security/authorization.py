@@ -226,9 +226,11 @@ class AuthorizationService:
     async def _cached(self, path: str, parse):
         node = self._nodes.get(path)
         if node is None:
-            node = self._nodes[path] = _Node()
+            node = _Node()
             # Watch first, then read: every change after the read is notified (the store's contract).
-            node.watch = self.store.watch_data(path, lambda event, p=path: self._changed(p))
+            with metadata_errors(f"watching the permissions at {path}"):
+                node.watch = self.store.watch_data(path, lambda event, p=path: self._changed(p))
+            self._nodes[path] = node
             self._evict()
         else:
             self._nodes.move_to_end(path)
@@ -244,7 +246,7 @@ class AuthorizationService:
             with metadata_errors(f"reading the permissions at {path}"):
                 try:
                     data, _ = await self.store.get(path)
-                    value = parse(json.loads(data))
+                    value = parse(_document(path, data))
                 except NoNodeError:
                     value = None
             if node.generation == generation:  # else it changed while we read: read again
@@ -330,6 +332,18 @@ class AuthorizationService:
         self._nodes.clear()
         for task in list(self._tasks):
             task.cancel()
+
+
+def _document(path: str, data: bytes) -> dict:
+    try:
+        doc = json.loads(data) if data else {}
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        # Not written by an admin route (a bare parent node, a hand edit): it grants nothing.
+        log.warning("%s does not hold a JSON object; it grants nothing", path)
+        return {}
+    return doc
 
 
 def _admin_roles(doc: dict) -> frozenset[str]:

@@ -390,3 +390,13 @@ async def test_the_cache_is_bounded_and_evicted_nodes_stop_being_watched(authz, 
     await authz.resources.create_tenant("tenant5", TenantInfo(["someone"], []))  # cached: heard
     await wait_until_async(lambda: authz.authz.allowed("someone", "tenant5", Need.TENANT_ADMIN), 5, "the change")
     assert await authz.authz.allowed("someone", "tenant0", Need.TENANT_ADMIN)  # read afresh on its next use
+
+
+@pytest.mark.parametrize("data", [b"", b"not json", b"[1, 2]"])
+async def test_a_node_that_is_not_a_policies_document_grants_nothing(authz, data):
+    await authz.service.store.create("/admin/policies/bare", data)
+    await authz.service.store.create("/admin/policies/bare/ns", data)
+    topic = parse_topic("persistent://bare/ns/x")
+    assert not await authz.authz.allowed("app", topic, Need.LOOKUP)
+    assert not await authz.authz.allowed("app", "bare", Need.TENANT_ADMIN)
+    assert await authz.authz.allowed("root", topic, Need.PRODUCE)
