@@ -415,3 +415,21 @@ def test_with_authorization_off_everyone_manages_tenants_and_permissions(standal
     assert http(standalone, "GET", base) == (200, {"app": ["functions", "produce"]})
     assert http(standalone, "DELETE", f"{base}/app")[0] == 204
     assert http(standalone, "GET", base) == (200, {})
+
+
+def test_without_an_anonymous_role_a_client_without_credentials_is_refused_everything(start_standalone):
+    broker = start_standalone(env={"MAGNETAR_BROKER_AUTHORIZATION_ENABLED": "true",
+                                   "MAGNETAR_BROKER_SUPER_USER_ROLES": "root"})
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            c.create_producer("persistent://public/default/nobody")
+        with pytest.raises(pulsar.AuthorizationError):
+            c.subscribe("persistent://public/default/nobody", "s")
+    finally:
+        c.close()
+    status, answer = http(broker, "GET", "/admin/v2/namespaces/public/default/permissions")
+    assert status == 403 and "anonymous" in answer["reason"]
+    assert http(broker, "GET", "/admin/v2/tenants")[0] == 403
+    assert urllib.request.urlopen(f"{broker.web_url}/health", timeout=10).status == 200
