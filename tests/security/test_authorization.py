@@ -214,7 +214,7 @@ def _magnetar_subscribes(c, topic) -> bool:
 
 
 def test_a_revocation_closes_live_clients_within_5s_and_harms_no_one_else(broker, client, admin, namespace):
-    topic, other_ns = f"persistent://{namespace}/live", None
+    topic = f"persistent://{namespace}/live"
     grant(admin, namespace, "anon", ["produce", "consume"])
     producer = _eventually(lambda: client.create_producer(topic, send_timeout_millis=3000), "the grant")
     consumer = client.subscribe(topic, "s")
