@@ -32,6 +32,7 @@ from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
@@ -70,6 +71,7 @@ class BrokerService:
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authorization = AuthorizationService(self)
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -309,6 +311,7 @@ class BrokerService:
         look the topic up again), hand the bundles off at once, then drop the connections."""
         if self._server is not None:
             self._server.close()
+        self.authorization.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here

@@ -17,6 +17,7 @@ from broker.errors import (
     BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
+from broker.security.authorization import Need, check, effective_role
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
@@ -93,6 +94,7 @@ def on_partitioned_metadata(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             partitions = await conn.service.partitioned_metadata(topic)
         except BrokerError as exc:
             conn.write(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=pb.CommandPartitionedTopicMetadataResponse(
@@ -111,6 +113,7 @@ def on_lookup(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             broker, _ = await conn.service.lookup(topic, c.authoritative)
             # The client's advertised listener picks which of the owner's addresses it is given (Pulsar's
             # advertisedListeners); an unknown name fails the lookup with ServiceNotReady.
@@ -133,6 +136,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
 
     async def run():
         ns = parse_namespace(c.namespace)
+        await check(conn.service, effective_role(conn), ns, Need.NAMESPACE_LOOKUP)
         names = [str(t) for t in await conn.service.resources.topics(ns)]
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
@@ -165,6 +169,7 @@ def on_producer(conn, frame) -> None:
     producer = Producer(c.producer_id, name, conn, mode, user_provided_name=c.user_provided_producer_name)
 
     async def run():
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
@@ -172,6 +177,7 @@ def on_producer(conn, frame) -> None:
             conn.session.abandon(c.request_id)
             return
         conn.producers[c.producer_id] = ProducerBinding(producer, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         if wait is not None:
             conn.write(T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
                 request_id=c.request_id, producer_name=name, last_sequence_id=-1, producer_ready=False))
@@ -297,6 +303,7 @@ def on_subscribe(conn, frame) -> None:
     )
 
     async def run():
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
@@ -304,6 +311,7 @@ def on_subscribe(conn, frame) -> None:
             await sub.remove_consumer(consumer)
             return
         conn.consumers[c.consumer_id] = ConsumerBinding(consumer, sub, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         conn.out.success(c.request_id)
 
     conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
