@@ -34,6 +34,7 @@ from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
+from broker.server.limits import ConnectionLimits, PublishBuffer
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -61,6 +62,8 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
+        self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
