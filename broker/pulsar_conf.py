@@ -220,6 +220,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "allowAutoSubscriptionCreation": Key("allow_auto_subscription_creation", _bool),
     "maxProducersPerTopic": Key("max_producers_per_topic", _int),
     "brokerMaxConnections": Key("broker_max_connections", _int),
+    "maxTopicsPerNamespace": Key("max_topics_per_namespace", _int),
+    "maxNumPartitionsPerPartitionedTopic": Key("max_num_partitions_per_partitioned_topic", _int),
     "brokerMaxConnectionsPerIp": Key("broker_max_connections_per_ip", _int),
     "maxMessagePublishBufferSizeInMB": Key("max_message_publish_buffer_size_mb", _int),
     "maxConsumersPerTopic": Key("max_consumers_per_topic", _int),
