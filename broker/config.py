@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
+from broker.security.tls import check_config as check_tls_config
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
 
@@ -29,8 +30,8 @@ FRAME_PADDING = 10 * 1024
 class BrokerConfig:
     metadata_store_url: str
     host: str = "127.0.0.1"
-    port: int = 6650
-    http_port: int = 8080
+    port: int | None = 6650  # None: no plain pulsar:// listener (TLS only)
+    http_port: int | None = 8080  # None: no plain http listener
     advertised_address: str | None = None  # host clients dial; default: host (or 127.0.0.1 when host is 0.0.0.0)
     cluster_name: str = "standalone"
 
@@ -114,15 +115,24 @@ class BrokerConfig:
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.advertised_address}:{self.port}"
+        """The plain pulsar:// URL; "" when the plain listener is off (port None)."""
+        return "" if self.port is None else f"pulsar://{self.advertised_address}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        return "" if self.tls_port is None else f"pulsar+ssl://{self.advertised_address}:{self.tls_port}"
 
     @property
     def web_service_url(self) -> str:
-        return f"http://{self.advertised_address}:{self.http_port}"
+        return "" if self.http_port is None else f"http://{self.advertised_address}:{self.http_port}"
+
+    @property
+    def web_service_url_tls(self) -> str:
+        return "" if self.https_port is None else f"https://{self.advertised_address}:{self.https_port}"
 
     @property
     def broker_id(self) -> str:
-        return f"{self.advertised_address}:{self.port}"
+        return f"{self.advertised_address}:{self.port if self.port is not None else self.tls_port}"
 
     @property
     def max_frame_bytes(self) -> int:
@@ -164,8 +174,9 @@ class BrokerConfig:
         """Cross-field checks. Returns self; raises ValueError naming the field."""
         for name in ("port", "http_port"):
             value = getattr(self, name)
-            if not 0 <= value < 65536:
+            if value is not None and not 0 <= value < 65536:
                 raise ValueError(f"{name} must be in 0..65535, got {value}")
+        check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):

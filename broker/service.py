@@ -31,6 +31,7 @@ from broker.ownership.bundles import BundleRange
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.tls import serve_tls, server_context
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
@@ -63,6 +64,9 @@ class BrokerService:
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
         self.port = config.port
+        self.tls_port = config.tls_port
+        self.ssl_context = server_context(config)  # shared by pulsar+ssl:// and https; bad files fail here
+        self._servers: list[asyncio.AbstractServer] = []
         self.ownership: Ownership | None = None
         self._load_sampler = LoadSampler()
         self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
@@ -73,33 +77,52 @@ class BrokerService:
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
         owns = store is None
+        server_context(config)  # a certificate or key that cannot be loaded refuses the start before anything opens
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
         factory = ManagedLedgerFactory(store, client)
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)
-        loop = asyncio.get_running_loop()
-        service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port,
-                                                   start_serving=False)
-        service.port = service._server.sockets[0].getsockname()[1]
+        await service._listen()
         service.ownership = Ownership(
-            store, BrokerInfo(f"{config.advertised_address}:{service.port}", service.service_url, config.web_service_url),
+            store, BrokerInfo(f"{config.advertised_address}:{service.port or service.tls_port}", service.service_url,
+                              config.web_service_url, service.service_url_tls, config.web_service_url_tls),
             config.default_number_of_namespace_bundles, service._session_lost, load_source=service.load_report,
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
         await service.ownership.register()
-        await service._server.start_serving()
+        for server in service._servers:
+            await server.start_serving()
         service.spawn(service._maintain())
         service.spawn(service._report_load())
         service.load_manager = LoadManager(service)
         service.load_manager.start()
-        log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
+        log.info("broker serving the Pulsar protocol on %s (%s)", config.host,
+                 ", ".join(filter(None, (service.service_url, service.service_url_tls))))
         return service
+
+    async def _listen(self) -> None:
+        """Bind the plain and the TLS listener (each when configured); port 0 picks a free port."""
+        loop = asyncio.get_running_loop()
+        if self.config.port is not None:
+            self._server = await loop.create_server(lambda: ServerConnection(self), self.config.host, self.config.port,
+                                                   start_serving=False)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._servers.append(self._server)
+        if self.config.tls_port is not None:
+            tls_server = await serve_tls(lambda: ServerConnection(self), self.config.host, self.config.tls_port,
+                                         self.ssl_context)
+            self.tls_port = tls_server.sockets[0].getsockname()[1]
+            self._servers.append(tls_server)
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.port}"
+        return "" if self.port is None else f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        return "" if self.tls_port is None else f"pulsar+ssl://{self.config.advertised_address}:{self.tls_port}"
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -286,8 +309,8 @@ class BrokerService:
     async def close(self) -> None:
         """Graceful shutdown: stop accepting, close every topic (in-flight writes finish; clients are told to
         look the topic up again), hand the bundles off at once, then drop the connections."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here
@@ -310,8 +333,8 @@ class BrokerService:
         if self._owns_store:
             with metadata_errors("closing the metadata store"):
                 await self.store.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
 
 def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:

@@ -163,7 +163,7 @@ async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
     if owner is None:
         return None, bundle
     raise web.HTTPTemporaryRedirect(
-        f"{owner.web_service_url}{request.path_qs}", content_type="application/json",
+        f"{owner.web_url(request.secure)}{request.path_qs}", content_type="application/json",
         text=json.dumps({"reason": f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}"}))
 
 
@@ -437,6 +437,7 @@ async def lookup(request):
     service = _service(request)
     broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
     if not owns:
-        raise web.HTTPTemporaryRedirect(f"{broker.web_service_url}{request.path}?authoritative=true")
-    return web.json_response({"brokerUrl": broker.service_url, "brokerUrlTls": "", "httpUrl": broker.web_service_url,
-                              "httpUrlTls": "", "nativeUrl": broker.service_url})
+        raise web.HTTPTemporaryRedirect(f"{broker.web_url(request.secure)}{request.path}?authoritative=true")
+    return web.json_response({"brokerUrl": broker.service_url, "brokerUrlTls": broker.broker_service_url_tls,
+                              "httpUrl": broker.web_service_url, "httpUrlTls": broker.web_service_url_tls,
+                              "nativeUrl": broker.service_url})

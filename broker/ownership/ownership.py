@@ -61,23 +61,35 @@ MAX_ATTEMPTS = 5  # of an acquisition or split that keeps meeting concurrent bou
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A broker's advertised URLs; a listener that is off has "" (a TLS-only broker has no plain URLs)."""
     broker_id: str
     service_url: str
     web_service_url: str
+    broker_service_url_tls: str = ""
+    web_service_url_tls: str = ""
 
     def to_json(self) -> dict:
-        return {"brokerId": self.broker_id, "nativeUrl": self.service_url, "httpUrl": self.web_service_url}
+        return {"brokerId": self.broker_id, "nativeUrl": self.service_url, "httpUrl": self.web_service_url,
+                "nativeUrlTls": self.broker_service_url_tls, "httpUrlTls": self.web_service_url_tls}
 
     @classmethod
     def from_json(cls, doc: dict) -> "BrokerInfo":
-        return cls(doc["brokerId"], doc["nativeUrl"], doc["httpUrl"])
+        return cls(doc["brokerId"], doc["nativeUrl"], doc["httpUrl"], doc.get("nativeUrlTls", ""),
+                   doc.get("httpUrlTls", ""))
+
+    def web_url(self, secure: bool) -> str:
+        """The HTTP base URL to send a client to: https for a client that came over https (when we have it)."""
+        if secure and self.web_service_url_tls:
+            return self.web_service_url_tls
+        return self.web_service_url or self.web_service_url_tls
 
 
 async def may_be_alive(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
     """False only with proof that ``broker``'s process is gone: every advertised port (Pulsar, then HTTP) refuses a
     connection. Its ownership nodes live until its session expires. A port that accepts, a timeout or any other
     error proves nothing (a paused broker's kernel still accepts connections), so each counts as alive."""
-    for url in (broker.service_url, broker.web_service_url):
+    urls = (broker.service_url, broker.broker_service_url_tls, broker.web_service_url, broker.web_service_url_tls)
+    for url in filter(None, urls):
         parts = urllib.parse.urlsplit(url)
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port), timeout_s)

@@ -117,8 +117,8 @@ def on_lookup(conn, frame) -> None:
         redirect = broker.broker_id != conn.service.ownership.me.broker_id
         kind = pb.CommandLookupTopicResponse.Redirect if redirect else pb.CommandLookupTopicResponse.Connect
         conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
-            request_id=c.request_id, brokerServiceUrl=broker.service_url, response=kind, authoritative=True,
-            proxy_through_service_url=False))
+            request_id=c.request_id, brokerServiceUrl=broker.service_url, brokerServiceUrlTls=broker.broker_service_url_tls,
+            response=kind, authoritative=True, proxy_through_service_url=False))
 
     conn.spawn(run(), c.request_id)
 
