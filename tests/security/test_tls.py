@@ -275,5 +275,64 @@ def test_required_client_certificate(tmp_path, tls_files):
             assert _produce_consume(with_cert, _topic("cert"), 2) == [b"m-0", b"m-1"]
         finally:
             with_cert.close()
+        import magnetar
+
+        bare = magnetar.Client(broker.service_url_tls, tls_trust_certs_file_path=str(tls_files.ca_path),
+                               operation_timeout_seconds=5)
+        try:
+            with pytest.raises((magnetar.ConnectError, magnetar.Timeout)):
+                bare.create_producer(_topic("magnetar-no-cert"))
+        finally:
+            bare.close()
+        with_cert = magnetar.Client(broker.service_url_tls, tls_trust_certs_file_path=str(tls_files.ca_path),
+                                    authentication=magnetar.AuthenticationTLS(*tls_files.client("alice")),
+                                    operation_timeout_seconds=15)
+        try:
+            assert _produce_consume(with_cert, _topic("magnetar-cert"), 2) == [b"m-0", b"m-1"]
+        finally:
+            with_cert.close()
     finally:
         broker.process.stop()
+
+
+# ---- the magnetar client over TLS ------------------------------------------------------------------
+
+
+def test_magnetar_produces_and_consumes_over_pulsar_ssl(tls_standalone, tls_files):
+    import magnetar
+
+    client = magnetar.Client(tls_standalone.service_url_tls, tls_trust_certs_file_path=str(tls_files.ca_path),
+                             tls_validate_hostname=True, operation_timeout_seconds=15)
+    try:
+        assert _produce_consume(client, _topic("magnetar-tls")) == [f"m-{i}".encode() for i in range(5)]
+        # Every connection it holds is TLS: the lookup sent it to the brokerServiceUrlTls.
+        conns = list(client._async._connections.values())
+        assert conns and all(c.transport.get_extra_info("ssl_object") is not None for c in conns)
+        assert {c.address for c in conns} == {f"127.0.0.1:{tls_standalone.tls_port}"}
+    finally:
+        client.close()
+
+
+def test_magnetar_with_the_wrong_ca_fails_with_a_certificate_error(tls_standalone, tls_files):
+    import magnetar
+
+    client = magnetar.Client(tls_standalone.service_url_tls, tls_trust_certs_file_path=str(tls_files.other_ca_path),
+                             operation_timeout_seconds=5)
+    try:
+        with pytest.raises(magnetar.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.create_producer(_topic("magnetar-wrong-ca"))
+    finally:
+        client.close()
+    _assert_still_serving(tls_standalone, tls_files)
+
+
+def test_magnetar_plain_client_on_the_tls_port_fails(tls_standalone, tls_files):
+    import magnetar
+
+    client = magnetar.Client(f"pulsar://127.0.0.1:{tls_standalone.tls_port}", operation_timeout_seconds=5)
+    try:
+        with pytest.raises((magnetar.ConnectError, magnetar.Timeout)):
+            client.create_producer(_topic("magnetar-plain-on-tls"))
+    finally:
+        client.close()
+    _assert_still_serving(tls_standalone, tls_files)
