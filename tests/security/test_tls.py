@@ -336,3 +336,65 @@ def test_magnetar_plain_client_on_the_tls_port_fails(tls_standalone, tls_files):
     finally:
         client.close()
     _assert_still_serving(tls_standalone, tls_files)
+
+
+# ---- a TLS-only broker (in process: no plain listener to reach it by) ---------------------------
+
+
+async def test_tls_only_broker_serves_pulsar_ssl_and_https_and_nothing_plain(tmp_path, tls_files):
+    import asyncio
+
+    from broker.http import listening_ports, start_http
+    from broker.standalone import Standalone, metadata_url
+    from magnetar.asyncio import Client as AsyncClient
+    from storage.testing.processes import free_port_block
+
+    data_dir = tmp_path / "data"
+    config = BrokerConfig(
+        metadata_store_url=metadata_url(data_dir), port=None, http_port=None, tls_port=0, https_port=0,
+        tls_certificate_file_path=str(tls_files.server_cert_path), tls_key_file_path=str(tls_files.server_key_path),
+        tls_trust_certs_file_path=str(tls_files.ca_path)).validate()
+    standalone = await Standalone.start(data_dir, config, free_port_block(3))
+    http = None
+    try:
+        broker = standalone.broker
+        http = await start_http(broker, config.host, config.http_port, config.https_port)
+        http_port, https_port = listening_ports(http)
+        assert http_port is None and https_port
+        assert broker.port is None and broker.service_url == "" and broker.tls_port
+        assert broker.ownership.me.broker_id == f"127.0.0.1:{broker.tls_port}"
+
+        client = AsyncClient(broker.service_url_tls, tls_trust_certs_file_path=str(tls_files.ca_path),
+                             operation_timeout_seconds=15)
+        try:
+            topic = _topic("tls-only")
+            consumer = await client.subscribe(topic, "sub")
+            producer = await client.create_producer(topic)
+            await producer.send(b"only-tls")
+            assert (await consumer.receive(10_000)).data() == b"only-tls"
+        finally:
+            await client.close()
+
+        def https_lookup():
+            return _https_json(f"https://127.0.0.1:{https_port}/lookup/v2/topic/persistent/"
+                               f"{topic.split('://', 1)[1]}", str(tls_files.ca_path))
+
+        status, found = await asyncio.to_thread(https_lookup)
+        assert status == 200
+        assert (found["brokerUrl"], found["brokerUrlTls"]) == ("", broker.service_url_tls)
+        assert (found["httpUrl"], found["httpUrlTls"]) == ("", config.web_service_url_tls)
+        # A plain client of this broker has nowhere to go: the lookup offers it no pulsar:// URL.
+        plain = AsyncClient(f"pulsar+ssl://127.0.0.1:{broker.tls_port}",
+                            tls_trust_certs_file_path=str(tls_files.ca_path), operation_timeout_seconds=15)
+        plain.use_tls = False  # a client of the plain scheme reading the same answer
+        try:
+            import magnetar
+
+            with pytest.raises(magnetar.ConnectError, match="has no pulsar:// listener"):
+                await plain.lookup(topic)
+        finally:
+            await plain.close()
+    finally:
+        if http is not None:
+            await http.cleanup()
+        await standalone.stop()

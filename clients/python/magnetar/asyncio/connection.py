@@ -47,6 +47,7 @@ class Connection(asyncio.Protocol):
                    authentication=None) -> "Connection":
         """``ssl_context`` (magnetar.tls): TLS to the broker, its handshake failures raised as ConnectError."""
         host, _, port = address.partition(":")
+        connect = connect_command(CLIENT_VERSION, PROTOCOL_VERSION, authentication)  # a failing supplier: no socket
         conn = cls(address, operation_timeout_s, authentication=authentication)
         conn.handshake = asyncio.get_running_loop().create_future()
         try:
@@ -55,7 +56,7 @@ class Connection(asyncio.Protocol):
                 operation_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
-        conn.write(T.CONNECT, connect=connect_command(CLIENT_VERSION, PROTOCOL_VERSION, authentication))
+        conn.write(T.CONNECT, connect=connect)
         try:
             await asyncio.wait_for(asyncio.shield(conn.handshake), operation_timeout_s)
         except asyncio.TimeoutError as exc:
