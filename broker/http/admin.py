@@ -94,7 +94,7 @@ async def leader_broker(request):
     leader = await _service(request).load_manager.election.leader()
     if leader is None:
         raise NotFoundError("no load-balancer leader is elected yet")
-    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_service_url})
+    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_url(request.secure)})
 
 
 # ---- tenants and namespaces ---------------------------------------------------------
