@@ -28,10 +28,12 @@ from broker.errors import (
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
+from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
 from broker.security.tls import serve_tls, server_context
+from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
@@ -73,6 +75,7 @@ class BrokerService:
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authorization = AuthorizationService(self)
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -85,9 +88,9 @@ class BrokerService:
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)
         await service._listen()
+        await Clusters(store).ensure(config.cluster_name, service.cluster_data())
         service.ownership = Ownership(
-            store, BrokerInfo(f"{config.advertised_address}:{service.port or service.tls_port}", service.service_url,
-                              config.web_service_url, service.service_url_tls, config.web_service_url_tls),
+            store, service.broker_info(),
             config.default_number_of_namespace_bundles, service._session_lost, load_source=service.load_report,
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
@@ -117,12 +120,32 @@ class BrokerService:
             self._servers.append(tls_server)
 
     @property
-    def service_url(self) -> str:
-        return "" if self.port is None else f"pulsar://{self.config.advertised_address}:{self.port}"
+    def service_url(self) -> str | None:
+        """As bound (port 0 resolved); None when the plain listener is off."""
+        return None if self.port is None else f"pulsar://{self.config.advertised_address}:{self.port}"
 
     @property
-    def service_url_tls(self) -> str:
-        return "" if self.tls_port is None else f"pulsar+ssl://{self.config.advertised_address}:{self.tls_port}"
+    def service_url_tls(self) -> str | None:
+        return None if self.tls_port is None else f"pulsar+ssl://{self.config.advertised_address}:{self.tls_port}"
+
+    def cluster_data(self) -> ClusterData:
+        """This broker's URLs as its cluster's entry, made at start when the cluster has none (as Pulsar
+        standalone initialises its cluster metadata)."""
+        info = self.broker_info()
+        return ClusterData(info.web_service_url, info.web_service_url_tls, info.service_url, info.service_url_tls)
+
+    def broker_info(self) -> BrokerInfo:
+        """What this broker publishes about itself (registration, ownership nodes). With advertised listeners its
+        default URLs are the internal listener's, as in Pulsar: brokers and clients that name no listener use them."""
+        config = self.config
+        service_url, tls_url = self.service_url, self.service_url_tls
+        web_url, https_url = config.web_service_url, config.web_service_url_tls
+        internal = config.internal_listener
+        if internal is not None:
+            service_url, tls_url = internal.service_url, internal.service_url_tls
+            web_url, https_url = internal.web_service_url or web_url, internal.web_service_url_tls or https_url
+        broker_id = f"{config.advertised_address}:{self.port if self.port is not None else self.tls_port}"
+        return BrokerInfo(broker_id, service_url, web_url, tls_url, https_url, config.listeners)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -311,6 +334,7 @@ class BrokerService:
         look the topic up again), hand the bundles off at once, then drop the connections."""
         for server in self._servers:
             server.close()
+        self.authorization.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here

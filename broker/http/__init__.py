@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from broker.http import permissions
 from broker.http.admin import SERVICE, routes
+from broker.http.clusters import routes as cluster_routes
+
+
+def build_app(service) -> web.Application:
+    app = web.Application(middlewares=[_errors, permissions.authorize])
+    app[SERVICE] = service
+    app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
+    app.add_routes(routes)
+    app.add_routes(cluster_routes)
+    return app
 
 
 async def start_http(service, host: str, port: int | None, https_port: int | None = None) -> web.AppRunner:
     """The HTTP server on ``port`` (None: no plain http) and https on ``https_port`` (with the service's TLS
     context); both serve the same routes. ``listening_ports(runner)`` says what was bound (for port 0)."""
-    app = web.Application(middlewares=[_errors])
-    app[SERVICE] = service
-    app.add_routes(routes)
+    app = build_app(service)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:

@@ -57,15 +57,8 @@ def tls_enabled(config) -> bool:
 
 
 def check_config(config) -> None:
-    """The TLS settings hang together (called from BrokerConfig.validate). Raises ValueError naming the field."""
-    for name in ("tls_port", "https_port"):
-        value = getattr(config, name)
-        if value is not None and not 0 <= value < 65536:
-            raise ValueError(f"{name} must be in 0..65535, got {value}")
-    if config.port is None and config.tls_port is None:
-        raise ValueError("port and tls_port are both off: the broker would have no Pulsar listener")
-    if config.http_port is None and config.https_port is None:
-        raise ValueError("http_port and https_port are both off: the broker would have no HTTP listener")
+    """The TLS settings hang together (called from BrokerConfig.validate, after the port checks). Raises
+    ValueError naming the field."""
     if not tls_enabled(config):
         return
     for name in ("tls_certificate_file_path", "tls_key_file_path"):

@@ -36,17 +36,8 @@ class BrokerPersistenceError(MagnetarError):
     result = Result.BrokerPersistenceError
 
 
-@_code(_pb.AuthenticationError)
-class AuthenticationError(MagnetarError):
-    """The broker did not accept the client's credentials (missing, malformed, expired or wrong)."""
-
-    result = Result.AuthenticationError
-
-
 @_code(_pb.AuthorizationError)
 class AuthorizationError(MagnetarError):
-    """The client's role lacks the permission for the operation."""
-
     result = Result.AuthorizationError
 
 
