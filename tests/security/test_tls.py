@@ -398,3 +398,43 @@ async def test_tls_only_broker_serves_pulsar_ssl_and_https_and_nothing_plain(tmp
         if http is not None:
             await http.cleanup()
         await standalone.stop()
+
+
+def test_tls_only_broker_from_a_pulsar_properties_file(tmp_path, tls_files):
+    """`broker standalone --config standalone.conf` with `brokerServicePort=` empty: pulsar+ssl:// only, in a
+    real process; the plain port is not listened on and the ready line names the TLS listeners."""
+    from storage.testing.processes import BrokerProcess, free_port
+
+    tls_port, https_port = free_port(), free_port()
+    conf = tmp_path / "standalone.conf"
+    conf.write_text(
+        "brokerServicePort=\n"
+        f"brokerServicePortTls={tls_port}\n"
+        f"webServicePortTls={https_port}\n"
+        f"tlsCertificateFilePath={tls_files.server_cert_path}\n"
+        f"tlsKeyFilePath={tls_files.server_key_path}\n"
+        f"tlsTrustCertsFilePath={tls_files.ca_path}\n")
+
+    class TlsOnly(BrokerProcess):
+        def command(self):  # the harness's --port would turn the plain listener back on
+            argv = super().command()
+            i = argv.index("--port")
+            return argv[:i] + argv[i + 2:]
+
+    process = TlsOnly(tmp_path / "data", extra_args=["--config", str(conf)])
+    try:
+        process.start(timeout_s=60)
+        ready = wait_until(lambda: next((line for line in process.log_path.read_text().splitlines()
+                                         if " ready (" in line), None), 10, "the ready line")
+        assert f"broker 127.0.0.1:{tls_port} ready (http://127.0.0.1:{process.http_port}, " \
+               f"pulsar+ssl://127.0.0.1:{tls_port}, https://127.0.0.1:{https_port};" in ready
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", process.port), timeout=5).close()
+        client = pulsar.Client(f"pulsar+ssl://127.0.0.1:{tls_port}", tls_trust_certs_file_path=str(tls_files.ca_path),
+                               operation_timeout_seconds=15, logger=QUIET)
+        try:
+            assert _produce_consume(client, _topic("tls-only-process"), 3) == [b"m-0", b"m-1", b"m-2"]
+        finally:
+            client.close()
+    finally:
+        process.stop()
