@@ -438,3 +438,21 @@ def test_tls_only_broker_from_a_pulsar_properties_file(tmp_path, tls_files):
             client.close()
     finally:
         process.stop()
+
+
+def test_a_broker_whose_key_does_not_load_refuses_to_start(tmp_path, tls_files):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from storage.testing.processes import free_port, free_port_block
+
+    config = tmp_path / "broker.toml"
+    config.write_text(f'tls_port = {free_port()}\ntls_certificate_file_path = "{tls_files.server_cert_path}"\n'
+                      f'tls_key_file_path = "{tmp_path / "missing.key.pem"}"\n')
+    broker = Path(sys.executable).parent / "broker"
+    result = subprocess.run([str(broker), "standalone", "--data-dir", str(tmp_path / "data"), "--config", str(config),
+                             "--port", str(free_port()), "--http-port", str(free_port()),
+                             "--bookie-port", str(free_port_block(3))], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "cannot load the broker certificate" in result.stderr and "missing.key.pem" in result.stderr
