@@ -82,7 +82,7 @@ def _use_uvloop() -> None:
 
 async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None) -> int:
     from broker.errors import BrokerError
-    from broker.http import start_http
+    from broker.http import listening_ports, start_http
     from broker.service import BrokerService
     from broker.standalone import Standalone
     from storage.errors import StorageError
@@ -100,8 +100,8 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
             broker = standalone.broker
         else:
             broker = await BrokerService.start(config)
-        http = await start_http(broker, config.host, config.http_port)
-        http_port = http.addresses[0][1] if http.addresses else config.http_port
+        http = await start_http(broker, config.host, config.http_port, config.https_port)
+        http_port, https_port = listening_ports(http)
     except (BrokerError, StorageError, OSError, ValueError) as exc:
         print(f"broker: refusing to start: {exc}", file=sys.stderr, flush=True)
         if standalone is not None:
@@ -110,8 +110,8 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
             await broker.close()
         return EXIT_REFUSED
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
-    print(f"broker {config.broker_id} ready ({broker.service_url}, http://{config.advertised_address}:{http_port}; {mode})",
-          flush=True)
+    print(f"broker {config.broker_id} ready ({ready_urls(config.advertised_address, broker, http_port, https_port)}; "
+          f"{mode})", flush=True)
     await stop.wait()
     print("broker: shutting down", flush=True)
     await http.cleanup()
@@ -120,6 +120,13 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     else:
         await broker.close()
     return 0
+
+
+def ready_urls(address: str, broker, http_port: int | None, https_port: int | None) -> str:
+    """The listeners of the ready line, as bound: plain first (the order scripts have always read), then TLS."""
+    urls = [broker.service_url, f"http://{address}:{http_port}" if http_port is not None else "",
+            broker.service_url_tls, f"https://{address}:{https_port}" if https_port is not None else ""]
+    return ", ".join(url for url in urls if url)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
+from broker.security.tls import check_config as check_tls_config
 from broker.ownership.listeners import AdvertisedListener, internal_listener, parse_listeners
 from broker.pulsar_conf import PulsarConfigError, file_format, load_pulsar_file, read_config_text
 from storage.config import load_layered
@@ -206,6 +207,7 @@ class BrokerConfig:
         if self.http_port is None and self.https_port is None:
             raise ValueError("http_port and https_port are both off: the broker would serve no HTTP port")
         internal_listener(self.listeners, self.internal_listener_name)  # parses and checks both listener fields
+        check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
