@@ -48,6 +48,11 @@ class PersistenceError(BrokerError):
     """The topic's storage failed the operation."""
 
 
+@register(pb.AuthenticationError)
+class AuthenticationError(BrokerError):
+    """The client's credentials are missing, malformed or not accepted."""
+
+
 @register(pb.ConsumerBusy)
 class ConsumerBusyError(BrokerError):
     """The subscription does not accept another consumer."""

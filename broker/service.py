@@ -31,6 +31,7 @@ from broker.ownership.bundles import BundleRange
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.authentication import AuthenticationService
 from broker.server.connection import ServerConnection
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
@@ -69,15 +70,18 @@ class BrokerService:
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
+        authentication = AuthenticationService.from_config(config)  # reads keys first: a bad one stops the start
         owns = store is None
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
         factory = ManagedLedgerFactory(store, client)
         service = cls(config, store, client, factory, owns_store=owns)
+        service.authentication = authentication
         await service.resources.ensure_default_namespace(config.cluster_name)
         loop = asyncio.get_running_loop()
         service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.http.admin import SERVICE, routes
+from broker.http.auth_middleware import authenticate
 
 
 async def start_http(service, host: str, port: int) -> web.AppRunner:
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[_errors, authenticate])
     app[SERVICE] = service
     app.add_routes(routes)
     runner = web.AppRunner(app, access_log=None)
