@@ -39,7 +39,6 @@ MAX_AUTH_DATA_BYTES = 64 * 1024  # bound on a client's auth_data (a token, user:
 MAX_AUTH_METHOD_CHARS = 64
 NO_METHOD = ("", "none")  # what a client without an authentication plugin sends
 BASIC_CHECK_CONCURRENCY = 2  # bcrypt checks at once; more queue (each is ~0.1-0.3 s of CPU)
-MIN_SECRET_KEY_BYTES = 32  # HS256 needs 256 bits; Pulsar's JWT library refuses shorter keys too
 
 
 @dataclass(frozen=True)
@@ -68,11 +67,7 @@ class TokenProvider:
                       clock: Callable[[], float] = time.time) -> "TokenProvider":
         """The secret key wins when both are set, as in Pulsar. Raises ValueError (a configuration error)."""
         if secret_key:
-            key = tokens.read_key_bytes(secret_key)
-            if len(key) < MIN_SECRET_KEY_BYTES:
-                raise tokens.InvalidKeyError(
-                    f"token_secret_key is {len(key)} bytes; HS256 needs at least {MIN_SECRET_KEY_BYTES} "
-                    "(`broker tokens create-secret-key` makes one)")
+            key = tokens.read_secret_key(secret_key)
         elif public_key:
             key = tokens.load_public_key(tokens.read_key_bytes(public_key))
         else:

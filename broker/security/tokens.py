@@ -44,6 +44,7 @@ EC_ALGORITHMS = ("ES256", "ES384", "ES512")
 SIGNATURE_ALGORITHMS = HMAC_ALGORITHMS + RSA_ALGORITHMS + EC_ALGORITHMS
 _EC_CURVES = {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
 _SECRET_KEY_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
+MIN_SECRET_KEY_BYTES = 32
 MAX_KEY_BYTES = 1 << 20  # a key file is a few KiB; refuse to read something that is clearly not one
 MAX_TOKEN_BYTES = 64 * 1024  # a client-controlled quantity: tokens are a few hundred bytes, rarely a few KiB
 
@@ -69,6 +70,16 @@ def read_key_bytes(setting: str) -> bytes:
         return base64.b64decode(setting, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidKeyError("key is neither file://, data:, an existing file, nor base64 text") from exc
+
+
+def read_secret_key(setting: str) -> bytes:
+    """A secret key setting's bytes; at least 32 (HS256's 256 bits: Pulsar's JWT library refuses shorter keys,
+    and a path that does not exist must not pass as base64 text). Raises InvalidKeyError."""
+    key = read_key_bytes(setting)
+    if len(key) < MIN_SECRET_KEY_BYTES:
+        raise InvalidKeyError(f"the secret key is {len(key)} bytes; HS256 needs at least {MIN_SECRET_KEY_BYTES} "
+                              "(is the path right? `broker tokens create-secret-key` makes a key)")
+    return key
 
 
 def _read_file(path: Path) -> bytes:

@@ -130,7 +130,7 @@ def _one_key(secret: str | None, other: str | None, other_flag: str) -> None:
 def _create(args) -> int:
     _one_key(args.secret_key, args.private_key, "--private-key")
     if args.secret_key is not None:
-        key = tokens.read_key_bytes(args.secret_key)
+        key = tokens.read_secret_key(args.secret_key)
     else:
         key = tokens.load_private_key(tokens.read_key_bytes(args.private_key))
     expires_at = None if args.expiry_time is None else time.time() + args.expiry_time
@@ -163,7 +163,7 @@ def _validate(args) -> int:
     _one_key(args.secret_key, args.public_key, "--public-key")
     token = _read_token(args)
     if args.secret_key is not None:
-        key = tokens.read_key_bytes(args.secret_key)
+        key = tokens.read_secret_key(args.secret_key)
     else:
         key = tokens.load_public_key(tokens.read_key_bytes(args.public_key))
     verified = tokens.verify_token(token, key)
