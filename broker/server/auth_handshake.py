@@ -43,6 +43,7 @@ class AuthState:
     authenticated: Authenticated
     supports_refresh: bool
     challenge_pending: bool = False
+    checking: bool = False  # an AUTH_RESPONSE is being checked; another one meanwhile is dropped (bounded work)
 
 
 class RefreshAction(enum.Enum):
@@ -146,9 +147,13 @@ def on_auth_response(conn, frame) -> None:
         log.warning("%s sent AUTH_RESPONSE, but authentication is off or nothing was asked; ignored",
                     conn.remote_address)
         return
+    if state.checking:
+        log.warning("%s sent AUTH_RESPONSE while its last one is being checked; dropped", conn.remote_address)
+        return
     response = frame.command.authResponse.response
     method = state.authenticated.method
     service = conn.service.authentication
+    state.checking = True
 
     async def run():
         state.challenge_pending = False
@@ -162,6 +167,8 @@ def on_auth_response(conn, frame) -> None:
         except AuthenticationError as exc:
             refuse(conn, exc, "refresh", method)
             return
+        finally:
+            state.checking = False
         state.authenticated = result
         log.info("%s: refreshed the credential of role %r", conn.remote_address, result.role)
 

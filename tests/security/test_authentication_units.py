@@ -8,12 +8,14 @@ and the handshake runs in memory (ssl.MemoryBIO), so the tls provider reads a re
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
 import ssl
 import subprocess
+from types import SimpleNamespace
 
 import bcrypt
 import jwt
@@ -24,12 +26,16 @@ from cryptography.hazmat.primitives import serialization
 from broker.config import BrokerConfig
 from broker.errors import AuthenticationError
 from broker.security import tokens
-from broker.security.authentication import (MAX_AUTH_DATA_BYTES, AuthenticationService, BasicProvider, TlsProvider,
-                                            TokenProvider, role_from_certificate)
+from broker.security.authentication import (MAX_AUTH_DATA_BYTES, Authenticated, AuthenticationService, BasicProvider,
+                                            TlsProvider, TokenProvider, role_from_certificate)
 from broker.security.htpasswd import Htpasswd, HtpasswdError, check_password, des_crypt, hash_scheme
 from broker.server.auth_handshake import RefreshAction, credentials_of, refresh_action
+from broker.server.connection import ServerConnection
 from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import FrameDecoder, command, encode_command
+from tests.broker.test_connection_not_ready import RecordingTransport
 
+T = pb.BaseCommand
 NOW = 1_800_000_000.0
 SECRET = b"k" * 32
 
@@ -400,3 +406,48 @@ def test_tokens_made_here_pass_the_provider_until_they_expire():
     late = TokenProvider(SECRET, "sub", lambda: NOW + 5)
     with pytest.raises(AuthenticationError, match="expired"):
         late.verify(token)
+
+
+# ---- the connection, in process: CONNECT waits for the check; AUTH_RESPONSE work is bounded --------------------
+
+
+class _HeldProvider:
+    """A provider whose checks wait until the test releases them (a scripted hold, not a race)."""
+
+    name = "basic"
+
+    def __init__(self):
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def authenticate(self, data, ssl_object=None):
+        self.calls += 1
+        await self.release.wait()
+        return Authenticated("held", "basic")
+
+
+async def test_connected_waits_for_the_check_and_a_second_auth_response_is_dropped_while_one_is_checked():
+    provider = _HeldProvider()
+    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(), version="test",
+                              authentication=AuthenticationService(True, {"basic": provider}))
+    conn, transport = ServerConnection(service), RecordingTransport()
+    conn.connection_made(transport)
+    conn.data_received(encode_command(command(T.CONNECT, connect=pb.CommandConnect(
+        client_version="t", protocol_version=20, auth_method_name="basic", auth_data=b"u:p"))))
+    await asyncio.sleep(0)  # let the check start; it is held
+    assert provider.calls == 1 and transport.written == b""  # nothing answered before the check
+    provider.release.set()
+    for _ in range(100):
+        if transport.written:
+            break
+        await asyncio.sleep(0)
+    [connected] = FrameDecoder(1 << 20).feed(transport.written)
+    assert connected.command.type == T.CONNECTED and conn.auth_role == "held"
+    provider.release.clear()
+    response = encode_command(command(T.AUTH_RESPONSE, authResponse=pb.CommandAuthResponse(
+        response=pb.AuthData(auth_method_name="basic", auth_data=b"u:p"))))
+    conn.data_received(response + response)
+    await asyncio.sleep(0)
+    assert provider.calls == 2  # the second AUTH_RESPONSE was dropped, not queued
+    provider.release.set()
+    conn.close()
