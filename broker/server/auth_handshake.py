@@ -98,9 +98,9 @@ def authenticate_connect(conn, connect, answer) -> None:
         log.info("%s authenticated as role %r by %s", conn.remote_address, result.role, result.method)
         answer()
         if result.expires_at is not None:
-            conn.spawn(_refresh_loop(conn))
+            conn.tasks.spawn(_refresh_loop(conn))
 
-    conn.spawn(run())
+    conn.tasks.spawn(run())
 
 
 def refuse(conn, exc: AuthenticationError, doing: str, method: str) -> None:
@@ -135,7 +135,7 @@ async def _refresh_loop(conn, clock=time.time) -> None:
                  conn.remote_address, conn.auth_role)
         state.challenge_pending = True
         conn.write(T.AUTH_CHALLENGE, authChallenge=pb.CommandAuthChallenge(
-            server_version=conn.service.version, protocol_version=conn.protocol_version,
+            server_version=conn.service.version, protocol_version=conn.session.protocol_version,
             challenge=pb.AuthData(auth_method_name=state.authenticated.method, auth_data=REFRESH_AUTH_DATA)))
 
 
@@ -172,4 +172,4 @@ def on_auth_response(conn, frame) -> None:
         state.authenticated = result
         log.info("%s: refreshed the credential of role %r", conn.remote_address, result.role)
 
-    conn.spawn(run())
+    conn.tasks.spawn(run())
