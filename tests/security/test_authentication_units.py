@@ -451,3 +451,14 @@ async def test_connected_waits_for_the_check_and_a_second_auth_response_is_dropp
     assert provider.calls == 2  # the second AUTH_RESPONSE was dropped, not queued
     provider.release.set()
     conn.close()
+
+
+async def test_https_requests_authenticate_by_client_certificate_unless_a_header_says_otherwise():
+    ca = trustme.CA()
+    ssl_object = _handshake(ca, ca.issue_cert("client.test", common_name="cert-role"), server_trusts=ca)
+    service = _service()
+    assert (await service.authenticate_http(None, ssl_object)).role == "cert-role"
+    assert (await service.authenticate_http("Bearer " + _hs({"sub": "alice"}), ssl_object)).role == "alice"
+    without_tls_provider = AuthenticationService(True, {"token": TokenProvider(SECRET, "sub", clock)})
+    with pytest.raises(AuthenticationError, match="carries no credentials"):
+        await without_tls_provider.authenticate_http(None, ssl_object)
