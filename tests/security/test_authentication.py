@@ -254,7 +254,7 @@ def test_a_fresh_token_keeps_the_connection_and_a_new_role_is_refused(broker, ke
         assert challenge.type == T.AUTH_CHALLENGE
         assert (challenge.authChallenge.challenge.auth_method_name, challenge.authChallenge.challenge.auth_data) == \
             ("token", b"PulsarAuthRefresh")
-        raw.send(_auth_response(token(keys, role, expires_in_s=2).encode()))
+        raw.send(_auth_response(token(keys, role, expires_in_s=3).encode()))
         wait_until(lambda: f"refreshed the credential of role '{role}'" in log_text(broker), 10, "the refresh")
         raw.send(encode_command(command(T.PING, ping=pb.CommandPing())))
         assert raw.next().type == T.PONG  # still connected, past the first token's expiry
