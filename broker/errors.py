@@ -53,6 +53,11 @@ class AuthenticationError(BrokerError):
     """The client's credentials are missing, malformed or not accepted."""
 
 
+@register(pb.AuthorizationError)
+class AuthorizationError(BrokerError):
+    """The role is not allowed to do this (authorization; HTTP 403)."""
+
+
 @register(pb.ConsumerBusy)
 class ConsumerBusyError(BrokerError):
     """The subscription does not accept another consumer."""

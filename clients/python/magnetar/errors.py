@@ -41,6 +41,11 @@ class AuthenticationError(MagnetarError):
     result = Result.AuthenticationError
 
 
+@_code(_pb.AuthorizationError)
+class AuthorizationError(MagnetarError):
+    result = Result.AuthorizationError
+
+
 @_code(_pb.ConsumerBusy)
 class ConsumerBusy(MagnetarError):
     result = Result.ConsumerBusy
