@@ -366,3 +366,76 @@ def test_no_credentials_get_the_anonymous_role(tmp_path, keys):
             raw.close()
     finally:
         process.stop()
+
+
+# ---- with authorization: the roles authentication names are the ones permissions are checked for -----------------
+
+
+def rest(broker, method: str, path: str, authorization: str, body=None) -> tuple[int, object]:
+    request = urllib.request.Request(f"{broker.web_url}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": authorization, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as resp:
+            text = resp.read()
+            return resp.status, json.loads(text) if text and resp.headers.get_content_type() == "application/json" else text
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def test_a_token_role_is_refused_on_private_auth_until_a_grant_over_rest(tmp_path, keys):
+    """The official Python client's own CI setup, in short: superUser administers over REST with a token, the
+    anonymous role may use public/default only, and token-principal gets private/auth when granted."""
+    process = BrokerProcess(tmp_path / "data", env=auth_env(
+        keys, anonymous_user_role="anonymous", authorization_enabled="true", super_user_roles="superUser,admin"))
+    process.start(timeout_s=60)
+    superuser = "Bearer " + token(keys, "superUser")
+    try:
+        assert rest(process, "POST", "/admin/v2/namespaces/public/default/permissions/anonymous", superuser,
+                    ["produce", "consume"])[0] == 204
+        assert rest(process, "PUT", "/admin/v2/tenants/private", superuser,
+                    {"adminRoles": [], "allowedClusters": ["standalone"]})[0] == 204
+        assert rest(process, "PUT", "/admin/v2/namespaces/private/auth", superuser, {})[0] == 204
+        principal = pulsar.AuthenticationToken(token(keys, "token-principal"))
+        private_topic = f"persistent://private/auth/t-{uuid.uuid4().hex[:8]}"
+
+        # token-principal: refused on private/auth (over the wire and over REST) until granted
+        c = client(process.service_url, principal, timeout_s=5)
+        try:
+            with pytest.raises(pulsar.AuthorizationError):
+                c.create_producer(private_topic)
+        finally:
+            c.close()
+        code, _ = rest(process, "POST", "/admin/v2/namespaces/private/auth/permissions/token-principal",
+                       "Bearer " + token(keys, "token-principal"), ["produce", "consume"])
+        assert code == 403  # a role cannot grant itself
+        assert rest(process, "POST", "/admin/v2/namespaces/private/auth/permissions/token-principal", superuser,
+                    ["produce", "consume"])[0] == 204
+
+        def produces():
+            c = client(process.service_url, principal, timeout_s=5)
+            try:
+                c.create_producer(private_topic).send(b"granted")
+                return True
+            except pulsar.AuthorizationError:
+                return False
+            finally:
+                c.close()
+
+        wait_until(produces, 10, "the grant to reach the broker")
+
+        # the anonymous role: public/default yes, private/auth no; a wrong credential is 401, not anonymous
+        c = client(process.service_url, timeout_s=5)
+        try:
+            c.create_producer(topic_name()).send(b"anonymous")
+            with pytest.raises(pulsar.AuthorizationError):
+                c.create_producer(f"persistent://private/auth/t-{uuid.uuid4().hex[:8]}")
+        finally:
+            c.close()
+        assert rest(process, "GET", "/admin/v2/namespaces/private/auth/permissions", superuser)[0] == 200
+        assert http(process, "/admin/v2/namespaces/private/auth/permissions")[0] == 403  # anonymous: not an admin
+        assert http(process, "/admin/v2/tenants", "Bearer " + token(keys, "x", key=OTHER_KEY))[0] == 401
+        # the official suite's basic user is a superuser there too
+        assert http(process, "/admin/v2/namespaces/private/auth/permissions", basic("admin", ADMIN_PASSWORD))[0] == 200
+    finally:
+        process.stop()
