@@ -46,6 +46,9 @@ class AuthState:
     checking: bool = False  # an AUTH_RESPONSE is being checked; another one meanwhile is dropped (bounded work)
 
 
+CHECKING = object()  # conn.auth_state while CONNECT's credentials are being checked
+
+
 class RefreshAction(enum.Enum):
     NOTHING = "nothing"
     CHALLENGE = "challenge"  # send AUTH_CHALLENGE and wait for AUTH_RESPONSE
@@ -81,6 +84,13 @@ def credentials_of(connect) -> tuple[str, bytes]:
 
 def authenticate_connect(conn, connect, answer) -> None:
     """Authenticate CONNECT, then call ``answer()`` (which sends CONNECTED); refuse and close on failure."""
+    if conn.auth_state is not None:
+        # The session takes a CONNECT until CONNECTED is sent; a second one while the first is being checked
+        # would queue another check (bcrypt is slow on purpose), so it ends the connection.
+        log.warning("%s sent CONNECT again while the first was being authenticated; closing", conn.remote_address)
+        conn.close()
+        return
+    conn.auth_state = CHECKING
     service = conn.service.authentication
     method, data = credentials_of(connect)
     supports_refresh = connect.HasField("feature_flags") and connect.feature_flags.supports_auth_refresh
@@ -143,7 +153,7 @@ def on_auth_response(conn, frame) -> None:
     """AUTH_RESPONSE on a connected session: the client's fresh credential. Checked with the provider that
     authenticated the connection; it must name the same role."""
     state = getattr(conn, "auth_state", None)
-    if state is None:
+    if not isinstance(state, AuthState):
         log.warning("%s sent AUTH_RESPONSE, but authentication is off or nothing was asked; ignored",
                     conn.remote_address)
         return

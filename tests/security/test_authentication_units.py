@@ -462,3 +462,17 @@ async def test_https_requests_authenticate_by_client_certificate_unless_a_header
     without_tls_provider = AuthenticationService(True, {"token": TokenProvider(SECRET, "sub", clock)})
     with pytest.raises(AuthenticationError, match="carries no credentials"):
         await without_tls_provider.authenticate_http(None, ssl_object)
+
+
+async def test_a_second_connect_while_the_first_is_checked_closes_the_connection():
+    provider = _HeldProvider()
+    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(), version="test",
+                              authentication=AuthenticationService(True, {"basic": provider}))
+    conn, transport = ServerConnection(service), RecordingTransport()
+    conn.connection_made(transport)
+    connect = encode_command(command(T.CONNECT, connect=pb.CommandConnect(
+        client_version="t", protocol_version=20, auth_method_name="basic", auth_data=b"u:p")))
+    conn.data_received(connect + connect)
+    await asyncio.sleep(0)
+    assert transport.closed and provider.calls <= 1
+    provider.release.set()
