@@ -39,6 +39,7 @@ MAX_AUTH_DATA_BYTES = 64 * 1024  # bound on a client's auth_data (a token, user:
 MAX_AUTH_METHOD_CHARS = 64
 NO_METHOD = ("", "none")  # what a client without an authentication plugin sends
 BASIC_CHECK_CONCURRENCY = 2  # bcrypt checks at once; more queue (each is ~0.1-0.3 s of CPU)
+MAX_PENDING_BASIC_CHECKS = 256  # beyond this many queued checks a login is refused rather than queued
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,12 @@ def role_from_certificate(ssl_object) -> str:
 class BasicProvider:
     name = "basic"
 
-    def __init__(self, htpasswd: Htpasswd):
+    def __init__(self, htpasswd: Htpasswd, max_pending: int = MAX_PENDING_BASIC_CHECKS,
+                 concurrency: int = BASIC_CHECK_CONCURRENCY):
         self.htpasswd = htpasswd
-        self._slots = asyncio.Semaphore(BASIC_CHECK_CONCURRENCY)
+        self.max_pending = max_pending
+        self.pending = 0
+        self._slots = asyncio.Semaphore(concurrency)
 
     @classmethod
     def from_setting(cls, setting: str) -> "BasicProvider":
@@ -128,8 +132,15 @@ class BasicProvider:
         return await self.check(user, password)
 
     async def check(self, user: str, password: str) -> Authenticated:
-        async with self._slots:
-            ok = await asyncio.to_thread(self.htpasswd.check, user, password)
+        if self.pending >= self.max_pending:
+            raise AuthenticationError(f"too many basic authentication checks in progress ({self.max_pending}); "
+                                      "try again")
+        self.pending += 1
+        try:
+            async with self._slots:
+                ok = await asyncio.to_thread(self.htpasswd.check, user, password)
+        finally:
+            self.pending -= 1
         if not ok:
             raise AuthenticationError(f"basic authentication failed for user {user!r}: unknown user or wrong password")
         return Authenticated(user, self.name)

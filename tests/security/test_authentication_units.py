@@ -476,3 +476,17 @@ async def test_a_second_connect_while_the_first_is_checked_closes_the_connection
     await asyncio.sleep(0)
     assert transport.closed and provider.calls <= 1
     provider.release.set()
+
+
+async def test_queued_basic_checks_are_bounded():
+    # concurrency 0: every check waits in the queue
+    provider = BasicProvider(Htpasswd.parse("u:" + openssl_passwd("-apr1", "pw")), max_pending=2, concurrency=0)
+    waiting = [asyncio.ensure_future(provider.check("u", "pw")) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert provider.pending == 2
+    with pytest.raises(AuthenticationError, match="too many basic authentication checks"):
+        await provider.check("u", "pw")
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    assert provider.pending == 0
