@@ -55,6 +55,13 @@ class BrokerConfig:
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
     max_num_messages_in_batch: int = 100_000
+    # Bounds on what clients hold (broker/server/limits.py); 0 = unlimited, as in Pulsar.
+    broker_max_connections: int = 0
+    max_topics_per_namespace: int = 0  # partitions count as topics
+    max_num_partitions_per_partitioned_topic: int = 0
+    broker_max_connections_per_ip: int = 0
+    max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -225,6 +232,12 @@ class BrokerConfig:
             raise ValueError("load_balancer_namespace_maximum_bundles must be >= default_number_of_namespace_bundles")
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
+        for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.connection_timeout_s <= 0:
+            raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_batch_size < 1:

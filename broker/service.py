@@ -35,6 +35,7 @@ from broker.ownership.resources import ConflictError, NamespacePolicies, Resourc
 from broker.security.authentication import AuthenticationService
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
+from broker.server.limits import ConnectionLimits, PublishBuffer
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -62,6 +63,8 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
+        self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
@@ -210,11 +213,37 @@ class BrokerService:
             and not await self.factory.exists(topic.managed_ledger_name)
         ):
             try:
-                await self.resources.create_partitioned_topic(topic, self.config.default_num_partitions)
+                await self.create_partitioned_topic(topic, self.config.default_num_partitions)
             except NotAllowedError:
                 pass  # created concurrently
             return await self.resources.partition_count(topic)
         return 0
+
+    async def create_partitioned_topic(self, topic: TopicName, partitions: int, *, update: bool = False) -> None:
+        """Create (or grow) a partitioned topic within maxNumPartitionsPerPartitionedTopic and
+        maxTopicsPerNamespace (its partitions count as topics)."""
+        limit = self.config.max_num_partitions_per_partitioned_topic
+        if limit and partitions > limit:
+            raise NotAllowedError(f"{partitions} partitions requested for {topic}; at most {limit} "
+                                  "(maxNumPartitionsPerPartitionedTopic)")
+        current = await self.resources.partition_count(topic) if update else 0
+        await self._check_topic_count(topic, new_topics=partitions - current)
+        if update:
+            await self.resources.update_partitioned_topic(topic, partitions)
+        else:
+            await self.resources.create_partitioned_topic(topic, partitions)
+
+    async def _check_topic_count(self, topic: TopicName, new_topics: int) -> None:
+        limit = self.config.max_topics_per_namespace
+        if not limit or new_topics <= 0:
+            return
+        ns = topic.namespace_name
+        existing = sum(1 for t in await self.resources.topics(ns) if t.partition_index < 0)
+        for parent in await self.resources.partitioned_topics(ns):
+            existing += await self.resources.partition_count(parent)
+        if existing + new_topics > limit:
+            raise NotAllowedError(f"namespace {ns} has {existing} topics; {new_topics} more would exceed its "
+                                  f"maximum of {limit} (maxTopicsPerNamespace)")
 
     async def _check_namespace(self, topic: TopicName) -> None:
         if not await self.resources.namespace_exists(topic.namespace_name):
@@ -250,6 +279,8 @@ class BrokerService:
             partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0
             if not partitioned_parent and not admin and not (create and self.config.allow_auto_topic_creation):
                 raise TopicNotFoundError(f"topic {name} does not exist")
+            if not partitioned_parent:
+                await self._check_topic_count(name, new_topics=1)
         policies = await self.resources.get_policies(name.namespace_name)
         ml_config = self.config.managed_ledger_config(*_retention(policies))
         with persistence_errors(f"opening topic {name} failed"):

@@ -308,7 +308,7 @@ async def create_partitioned(request):
     service, topic = _service(request), _topic(request)
     if await service.factory.exists(topic.managed_ledger_name):
         raise ConflictError(f"a non-partitioned topic {topic} already exists")
-    await service.resources.create_partitioned_topic(topic, partitions)
+    await service.create_partitioned_topic(topic, partitions)
     return web.Response(status=204)
 
 
@@ -318,7 +318,7 @@ async def update_partitioned(request):
     partitions = await _json(request)
     if not isinstance(partitions, int) or isinstance(partitions, bool):
         raise BadRequest("the body must be the number of partitions")
-    await _service(request).resources.update_partitioned_topic(_topic(request), partitions)
+    await _service(request).create_partitioned_topic(_topic(request), partitions, update=True)
     return web.Response(status=204)
 
 

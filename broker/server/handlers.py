@@ -234,7 +234,8 @@ def on_send(conn, frame) -> None:
         return
     producer, topic = binding.producer, binding.topic
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
-    conn.tasks.send_started()
+    size = len(frame.headers_and_payload)
+    conn.tasks.send_started(size)
 
     async def run():
         try:
@@ -245,7 +246,7 @@ def on_send(conn, frame) -> None:
                 conn.out.close_producer(c.producer_id)
             return
         finally:
-            conn.tasks.send_finished()
+            conn.tasks.send_finished(size)
         ledger_id, entry_id = (position if position != DUPLICATE else ((1 << 64) - 1, (1 << 64) - 1))
         conn.write(T.SEND_RECEIPT, send_receipt=pb.CommandSendReceipt(
             producer_id=c.producer_id, sequence_id=c.sequence_id, highest_sequence_id=highest,
