@@ -31,6 +31,7 @@ from broker.security.authentication import (MAX_AUTH_DATA_BYTES, Authenticated, 
 from broker.security.htpasswd import Htpasswd, HtpasswdError, check_password, des_crypt, hash_scheme
 from broker.server.auth_handshake import RefreshAction, credentials_of, refresh_action
 from broker.server.connection import ServerConnection
+from broker.server.limits import ConnectionLimits, PublishBuffer
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import FrameDecoder, command, encode_command
 from tests.broker.test_connection_not_ready import RecordingTransport
@@ -411,6 +412,13 @@ def test_tokens_made_here_pass_the_provider_until_they_expire():
 # ---- the connection, in process: CONNECT waits for the check; AUTH_RESPONSE work is bounded --------------------
 
 
+def _service_with(provider) -> SimpleNamespace:
+    """What a ServerConnection needs of its broker, with authentication by ``provider`` (no broker behind it)."""
+    return SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(), version="test",
+                           connection_limits=ConnectionLimits(), publish_buffer=PublishBuffer(0),
+                           authentication=AuthenticationService(True, {"basic": provider}))
+
+
 class _HeldProvider:
     """A provider whose checks wait until the test releases them (a scripted hold, not a race)."""
 
@@ -428,8 +436,7 @@ class _HeldProvider:
 
 async def test_connected_waits_for_the_check_and_a_second_auth_response_is_dropped_while_one_is_checked():
     provider = _HeldProvider()
-    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(), version="test",
-                              authentication=AuthenticationService(True, {"basic": provider}))
+    service = _service_with(provider)
     conn, transport = ServerConnection(service), RecordingTransport()
     conn.connection_made(transport)
     conn.data_received(encode_command(command(T.CONNECT, connect=pb.CommandConnect(
@@ -466,8 +473,7 @@ async def test_https_requests_authenticate_by_client_certificate_unless_a_header
 
 async def test_a_second_connect_while_the_first_is_checked_closes_the_connection():
     provider = _HeldProvider()
-    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(), version="test",
-                              authentication=AuthenticationService(True, {"basic": provider}))
+    service = _service_with(provider)
     conn, transport = ServerConnection(service), RecordingTransport()
     conn.connection_made(transport)
     connect = encode_command(command(T.CONNECT, connect=pb.CommandConnect(
