@@ -439,3 +439,38 @@ def test_a_token_role_is_refused_on_private_auth_until_a_grant_over_rest(tmp_pat
         assert http(process, "/admin/v2/namespaces/private/auth/permissions", basic("admin", ADMIN_PASSWORD))[0] == 200
     finally:
         process.stop()
+
+
+@pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
+def test_a_key_pair_from_the_cli_authenticates_on_a_broker_with_the_public_key(tmp_path, algorithm):
+    """`broker tokens create-key-pair` writes DER as `pulsar tokens` does; the broker reads the public key from
+    tokenPublicKey and takes the tokens `broker tokens create --private-key` prints."""
+    cli = str(VENV_BIN / "broker")
+    private, public = tmp_path / "private.key", tmp_path / "public.key"
+    subprocess.run([cli, "tokens", "create-key-pair", "-a", algorithm, "--output-private-key", str(private),
+                    "--output-public-key", str(public)], check=True)
+
+    def cli_token(role: str) -> str:
+        return subprocess.run([cli, "tokens", "create", "--private-key", f"file://{private}", "--subject", role],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    process = BrokerProcess(tmp_path / "data", env={
+        "MAGNETAR_BROKER_AUTHENTICATION_ENABLED": "true", "MAGNETAR_BROKER_AUTHENTICATION_PROVIDERS": "token",
+        "MAGNETAR_BROKER_TOKEN_PUBLIC_KEY": f"file://{public}"})
+    process.start(timeout_s=60)
+    try:
+        c = client(process.service_url, pulsar.AuthenticationToken(cli_token("pair-user")))
+        try:
+            produce_consume(c, 1)
+        finally:
+            c.close()
+        assert "authenticated as role 'pair-user' by token" in log_text(process)
+        raw = raw_connect(process, "token", token({"key": b"s" * 32}, "hs-user").encode())  # an HS256 token
+        try:
+            reply = raw.next()
+            assert reply.type == T.ERROR and "token signed with 'HS256'" in reply.error.message
+            assert algorithm in reply.error.message  # what the broker's public key takes instead
+        finally:
+            raw.close()
+    finally:
+        process.stop()
