@@ -52,6 +52,7 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
     max_num_messages_in_batch: int = 100_000
@@ -240,6 +241,8 @@ class BrokerConfig:
             raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
+        if self.dispatcher_max_read_size_bytes < 1:
+            raise ValueError("dispatcher_max_read_size_bytes must be >= 1")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",

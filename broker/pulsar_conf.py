@@ -231,6 +231,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "maxUnackedMessagesPerConsumer": Key("max_unacked_messages_per_consumer", _int),
     "maxUnackedMessagesPerSubscription": Key("max_unacked_messages_per_subscription", _int),
     "dispatcherMaxReadBatchSize": Key("dispatcher_max_read_batch_size", _int),
+    "dispatcherMaxReadSizeBytes": Key("dispatcher_max_read_size_bytes", _int),
     "brokerDeduplicationEnabled": Key("deduplication_enabled", _bool),
     "delayedDeliveryEnabled": Key("delayed_delivery_enabled", _bool),
     "subscriptionKeySharedConsistentHashingReplicaPoints": Key("subscription_key_shared_consistent_hashing_points", _int),

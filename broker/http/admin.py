@@ -52,6 +52,17 @@ async def _json(request, default=None):
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
+MAX_INT_FIELD = 2**31 - 1  # Pulsar's policy fields are Java ints
+
+
+def _int_field(body: dict, name: str, *, minimum: int = 0, default: int = 0) -> int:
+    """An integer field of a JSON body, within minimum..MAX_INT_FIELD; BadRequest naming it otherwise."""
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT_FIELD:
+        raise BadRequest(f"{name} must be an integer in {minimum}..{MAX_INT_FIELD}, got {value!r}"[:300])
+    return value
+
+
 def _service(request):
     return request.app[SERVICE]
 
@@ -236,8 +247,8 @@ async def set_retention(request):
     if not isinstance(body, dict):
         raise BadRequest('expected {"retentionTimeInMinutes": N, "retentionSizeInMB": N}')
     await _service(request).resources.update_policies(
-        _ns(request), retention_time_minutes=int(body.get("retentionTimeInMinutes", 0)),
-        retention_size_mb=int(body.get("retentionSizeInMB", 0)))
+        _ns(request), retention_time_minutes=_int_field(body, "retentionTimeInMinutes", minimum=-1),
+        retention_size_mb=_int_field(body, "retentionSizeInMB", minimum=-1))
     return web.Response(status=204)
 
 
@@ -265,6 +276,8 @@ async def set_policy(request):
     value = await _json(request)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(f"{request.match_info['policy']} expects a JSON {kind.__name__}")
+    if kind is int and not 0 <= value <= MAX_INT_FIELD:
+        raise BadRequest(f"{request.match_info['policy']} must be in 0..{MAX_INT_FIELD}, got {value}")
     await _service(request).resources.update_policies(_ns(request), **{field: value})
     return web.Response(status=204)
 
@@ -447,7 +460,10 @@ async def delete_subscription(request):
 async def reset_by_time(request):
     topic = await _loaded(request)
     sub = _subscription(topic, request.match_info["sub"])
-    await sub.reset(await topic.position_for_publish_time(int(request.match_info["timestamp"])))
+    timestamp = request.match_info["timestamp"]
+    if not timestamp.isdigit() or len(timestamp) > 19:
+        raise BadRequest(f"timestamp must be milliseconds since the epoch, got {timestamp[:40]!r}")
+    await sub.reset(await topic.position_for_publish_time(int(timestamp)))
     return web.Response(status=204)
 
 
