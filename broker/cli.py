@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
+from broker.security import tokens_cli
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name")
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
+    tokens_cli.add_parser(commands)
     return parser
 
 
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_REFUSED
+    if args.command == "tokens":
+        return tokens_cli.run(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     flags = {k: getattr(args, k, None) for k in FLAG_FIELDS}
     try:

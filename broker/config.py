@@ -29,6 +29,7 @@ ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
+AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ class BrokerConfig:
     token_auth_claim: str = "sub"  # Pulsar's tokenAuthClaim: the claim that names the role
     basic_auth_conf: str | None = None  # htpasswd file (path, file:// or data:)
     anonymous_user_role: str | None = None  # the role of a client that presents no credentials; None = refused
+    # Pulsar's authenticationRefreshCheckSeconds: how often a connection's credentials are checked for expiry
+    # (an expired token is challenged with AUTH_CHALLENGE; an unanswered challenge closes the connection).
+    authentication_refresh_check_s: float = 60.0
+    authenticate_metrics_endpoint: bool = False  # Pulsar's authenticateMetricsEndpoint: /metrics needs credentials
     authorization_enabled: bool = False
     super_user_roles: tuple[str, ...] = ()
     advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
@@ -250,11 +255,28 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        self._validate_authentication()
         try:
             self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
         except ManagedLedgerConfigError as exc:
             raise ValueError(str(exc)) from exc
         return self
+
+    def _validate_authentication(self) -> None:
+        if self.authentication_refresh_check_s <= 0:
+            raise ValueError("authentication_refresh_check_s must be > 0")
+        unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
+        if unknown:
+            raise ValueError(f"authentication_providers: unknown provider(s) {unknown}; "
+                             f"known: {', '.join(AUTHENTICATION_PROVIDERS)}")
+        if not self.authentication_enabled:
+            return
+        if not self.authentication_providers:
+            raise ValueError("authentication_enabled needs at least one of authentication_providers")
+        if "token" in self.authentication_providers and not (self.token_secret_key or self.token_public_key):
+            raise ValueError("the token provider needs token_secret_key or token_public_key")
+        if "basic" in self.authentication_providers and not self.basic_auth_conf:
+            raise ValueError("the basic provider needs basic_auth_conf (an htpasswd file)")
 
 
 def load_config(

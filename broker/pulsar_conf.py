@@ -210,6 +210,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "tokenAuthClaim": Key("token_auth_claim", _text),
     "basicAuthConf": Key("basic_auth_conf", _text),
     "anonymousUserRole": Key("anonymous_user_role", _text),
+    "authenticationRefreshCheckSeconds": Key("authentication_refresh_check_s", _float),
+    "authenticateMetricsEndpoint": Key("authenticate_metrics_endpoint", _bool),
     "authorizationEnabled": Key("authorization_enabled", _bool),
     "superUserRoles": Key("super_user_roles", _list),
     # -- topics, producers, consumers

@@ -32,6 +32,7 @@ from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
@@ -78,10 +79,12 @@ class BrokerService:
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
         self.authorization = AuthorizationService(self)
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
+        authentication = AuthenticationService.from_config(config)  # reads keys first: a bad one stops the start
         owns = store is None
         server_context(config)  # a certificate or key that cannot be loaded refuses the start before anything opens
         if store is None:
@@ -89,6 +92,7 @@ class BrokerService:
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
         factory = ManagedLedgerFactory(store, client)
         service = cls(config, store, client, factory, owns_store=owns)
+        service.authentication = authentication
         await service.resources.ensure_default_namespace(config.cluster_name)
         await service._listen()
         await Clusters(store).ensure(config.cluster_name, service.cluster_data())

@@ -6,11 +6,12 @@ from aiohttp import web
 
 from broker.http import permissions
 from broker.http.admin import SERVICE, routes
+from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
 
 
 def build_app(service) -> web.Application:
-    app = web.Application(middlewares=[_errors, permissions.authorize])
+    app = web.Application(middlewares=[_errors, authenticate, permissions.authorize])
     app[SERVICE] = service
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
     app.add_routes(routes)
