@@ -101,8 +101,11 @@ def _bounded(data: bytes) -> bytes:
 
 
 def connect_command(client_version: str, protocol_version: int, auth: Authentication | None) -> pb.CommandConnect:
-    """The CONNECT body, with the method name and credentials when ``auth`` is given."""
-    connect = pb.CommandConnect(client_version=client_version, protocol_version=protocol_version)
+    """The CONNECT body, with the method name and credentials when ``auth`` is given. It declares
+    ``supports_auth_refresh`` (the client answers AUTH_CHALLENGE: magnetar.asyncio.inbound), without which a
+    broker closes the connection when its token expires instead of challenging it, as the official clients do."""
+    connect = pb.CommandConnect(client_version=client_version, protocol_version=protocol_version,
+                                feature_flags=pb.FeatureFlags(supports_auth_refresh=True))
     if auth is not None:
         connect.auth_method_name = auth.method_name
         connect.auth_data = auth.auth_data()
