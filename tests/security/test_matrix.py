@@ -321,3 +321,173 @@ def test_each_failure_gets_its_specific_error_and_harms_no_other_connection(secu
     if log:
         wait_until(lambda: secured.log().count(log) > before, 10, f"the broker to log {log!r}")
     bystander.still_works()
+
+
+def test_a_revoked_permission_closes_live_clients_within_5s_and_harms_no_one_else(secured, bystander, api):
+    """Must show 5, the revoked permission: a namespace grant on private/auth is revoked over REST while the
+    role has a live producer and consumer; the broker closes both (its log says so) within 5 s, the client
+    cannot come back, and the bystander on the same namespace keeps its grant and its connection."""
+    role = f"revokee-{api.__name__}"
+    path = f"/admin/v2/namespaces/private/auth/permissions/{role}"
+    assert secured.superuser("POST", path, ["produce", "consume"]) == 204
+    topic = topic_in("private/auth")
+    c = connect(api, secured.url_tls, api.AuthenticationToken(secured.token(role)), broker=secured)
+    try:
+        consumer = wait_until(lambda: None if _refused(c, topic) else c.subscribe(topic, "live"), REVOCATION_S,
+                              "the grant to reach the broker")
+        producer = c.create_producer(topic, send_timeout_millis=2000)
+        producer.send(b"before")
+        assert receive_n(consumer, 1)[0].data() == b"before"
+        bystander.still_works()
+
+        revoked_at = time.monotonic()
+        assert secured.superuser("DELETE", path) == 204
+        closed = (f"closing producer {producer.producer_name()!r} on {topic}: role {role!r} may no longer produce",
+                  f"on {topic}: role {role!r} may no longer consume")
+        wait_until(lambda: all(line in secured.log() for line in closed), REVOCATION_S,
+                   "the broker to close the revoked role's producer and consumer")
+        assert time.monotonic() - revoked_at < REVOCATION_S
+        if api is pulsar:
+            wait_until(lambda: not producer.is_connected() and not consumer.is_connected(), REVOCATION_S,
+                       "the official client to see both closed")
+        with pytest.raises(api.AuthorizationError):
+            c.subscribe(topic, "again")
+        with pytest.raises(api.PulsarException):
+            producer.send(b"after")  # its reconnection is refused: nothing is stored
+        with pytest.raises(api.Timeout):
+            consumer.receive(timeout_millis=500)
+        bystander.still_works()
+    finally:
+        c.close()
+
+
+# ---- the admin REST over https: 401 for bad credentials, 403 for a role without the permission -------------------
+
+
+def test_admin_rest_answers_401_and_403_along_the_matrix(secured):
+    """Must show 6. Without credentials a request is the anonymous role (anonymousUserRole is set, as in the
+    official CI), so it is 403 where anonymous has no right; credentials that are presented and bad are 401."""
+    s = secured
+    bearer = lambda role, **kw: "Bearer " + s.token(role, **kw)  # noqa: E731
+    basic = lambda user, password: "Basic " + __import__("base64").b64encode(f"{user}:{password}".encode()).decode()  # noqa: E731
+    grants = "/admin/v2/namespaces/private/auth/permissions"
+    rows = [
+        # (what, method, path, Authorization, client certificate, body, status, reason contains)
+        ("superuser token", "GET", "/admin/v2/tenants", bearer("superUser"), None, None, 200, None),
+        ("superuser basic", "GET", "/admin/v2/tenants", basic("admin", ADMIN_PASSWORD), None, None, 200, None),
+        ("superuser client certificate", "GET", grants, None, s.files.client("admin"), None, 200, None),
+        ("wrong signature", "GET", "/admin/v2/tenants", bearer("superUser", key=OTHER_KEY), None, None, 401,
+         "wrong signature"),
+        ("expired token", "GET", "/admin/v2/tenants", bearer("superUser", expires_in_s=-10), None, None, 401,
+         "token expired"),
+        ("empty token", "GET", "/admin/v2/tenants", "Bearer ", None, None, 401, "missing token"),
+        ("wrong password", "GET", "/admin/v2/tenants", basic("admin", "wrong"), None, None, 401, "wrong password"),
+        ("unknown scheme", "GET", "/admin/v2/tenants", "Negotiate abc", None, None, 401, "unsupported"),
+        ("no credentials: anonymous", "GET", "/admin/v2/tenants", None, None, None, 403, "'anonymous'"),
+        ("anonymous on private/auth", "GET", grants, None, None, None, 403, "'anonymous'"),
+        ("token-principal lists tenants", "GET", "/admin/v2/tenants", bearer("token-principal"), None, None, 403,
+         "'token-principal'"),
+        ("token-principal grants itself", "POST", f"{grants}/token-principal", bearer("token-principal"), None,
+         ["produce", "consume"], 403, "'token-principal'"),
+        ("certificate role grants itself", "POST", f"{grants}/cert-user", None, s.files.client("cert-user"), None,
+         403, "'cert-user'"),
+        ("token-principal deletes a tenant", "DELETE", "/admin/v2/tenants/private", bearer("token-principal"), None,
+         None, 403, "'token-principal'"),
+        ("anonymous creates a namespace", "PUT", "/admin/v2/namespaces/private/mine", None, None, {}, 403,
+         "'anonymous'"),
+        ("lookup on private/auth, anonymous", "GET", "/lookup/v2/topic/persistent/private/auth/t", None, None, None,
+         403, "'anonymous'"),
+        ("lookup on public/default, anonymous", "GET", "/lookup/v2/topic/persistent/public/default/t", None, None,
+         None, 200, None),
+    ]
+    for what, method, path, authorization, cert, body, status, reason in rows:
+        got, answer = s.rest(method, path, authorization, body, cert=cert)
+        assert got == status, f"{what}: {method} {path} answered {got} {answer}"
+        if reason is not None:
+            assert reason in answer["reason"], (what, answer)
+    assert s.superuser("GET", "/admin/v2/namespaces/private/mine") == 404  # the refused requests changed nothing
+    assert "cert-user" not in s.rest("GET", grants, "Bearer " + s.token("superUser"))[1]
+    # the same over the wrong CA and over plain http on the https port: refused before any route runs
+    with pytest.raises(urllib.error.URLError) as wrong_ca:
+        s.rest("GET", "/admin/v2/tenants", "Bearer " + s.token("superUser"), cafile=s.files.other_ca_path)
+    assert isinstance(wrong_ca.value.reason, ssl.SSLCertVerificationError)
+    with pytest.raises((urllib.error.URLError, ConnectionError, __import__("http").client.HTTPException)):
+        urllib.request.urlopen(f"http://127.0.0.1:{s.https_port}/admin/v2/tenants", timeout=10)
+
+
+# ---- basic auth, TLS client certificates and refreshing tokens -------------------------------------------------------
+
+
+def test_basic_auth_over_pulsar_ssl(secured, api):
+    """Must show 7, basic: the official suite's admin / 123456 (an apr1 line), a superuser; a wrong password gets
+    its own error, as in the failure matrix."""
+    c = connect(api, secured.url_tls, api.AuthenticationBasic("admin", ADMIN_PASSWORD), broker=secured)
+    try:
+        produce_consume(c, topic_in("private/auth"))
+    finally:
+        c.close()
+    before = secured.log().count("unknown user or wrong password")
+    c = connect(api, secured.url_tls, api.AuthenticationBasic("admin", "wrong"), broker=secured,
+                timeout_s=SHORT_TIMEOUT_S if api is pulsar else 10)
+    try:
+        with pytest.raises(magnetar.AuthenticationError if api is magnetar else pulsar.Timeout):
+            c.create_producer(topic_in("private/auth"))
+    finally:
+        c.close()
+    assert secured.log().count("unknown user or wrong password") > before
+
+
+def test_a_client_certificate_names_the_role(secured, api):
+    """The TLS provider: a certificate with CN=admin is a superuser on private/auth; one with another CN is
+    that role (refused there), not anonymous and not admin."""
+    def client_for(cn):
+        return connect(api, secured.url_tls, api.AuthenticationTLS(*secured.files.client(cn)), broker=secured)
+
+    c = client_for("admin")
+    try:
+        produce_consume(c, topic_in("private/auth"), 1)
+    finally:
+        c.close()
+    c = client_for("cert-user")
+    try:
+        with pytest.raises(api.AuthorizationError):
+            c.create_producer(topic_in("private/auth"))
+    finally:
+        c.close()
+    log = secured.log()
+    assert "authenticated as role 'admin' by tls" in log and "authenticated as role 'cert-user' by tls" in log
+
+
+def test_a_token_supplier_refreshes_an_expiring_token_on_the_same_connection(secured, api):
+    """Must show 7, refresh: tokens that expire in 3 s, authenticationRefreshCheckSeconds=1 in the file; the
+    broker challenges, the client's supplier gives a fresh token, and one connection (one CONNECT in the broker's
+    log) keeps producing and consuming across two expiries."""
+    role = f"refresher-{api.__name__}"
+    assert secured.superuser("POST", f"/admin/v2/namespaces/private/auth/permissions/{role}",
+                             ["produce", "consume"]) == 204
+    issued: list[str] = []
+
+    def supplier() -> str:
+        issued.append(secured.token(role, expires_in_s=3))
+        return issued[-1]
+
+    c = connect(api, secured.url_tls, api.AuthenticationToken(supplier), broker=secured)
+    try:
+        topic = topic_in("private/auth")
+        consumer = wait_until(lambda: None if _refused(c, topic) else c.subscribe(topic, "s"), REVOCATION_S,
+                              "the grant")
+        producer = c.create_producer(topic)
+        sent: list[int] = []
+
+        def refreshed_twice() -> bool:
+            producer.send(str(len(sent)).encode())
+            sent.append(len(sent))
+            return secured.log().count(f"refreshed the credential of role '{role}'") >= 2
+
+        wait_until(refreshed_twice, 30, "the broker to refresh the token twice", interval_s=0.2)
+        assert [int(m.data()) for m in receive_n(consumer, len(sent))] == sent
+    finally:
+        c.close()
+    log = secured.log()
+    assert log.count(f"authenticated as role '{role}'") == 1  # one CONNECT: the connection was never replaced
+    assert len(issued) >= 3 and f"closing the connection of role '{role}'" not in log
