@@ -15,6 +15,8 @@ receives after every failure case and is checked never to have reconnected.
 
 from __future__ import annotations
 
+import base64
+import http.client
 import importlib
 import json
 import ssl
@@ -124,10 +126,12 @@ def _set_up_like_the_official_ci(broker: Secured) -> None:
     assert broker.superuser("PUT", "/admin/v2/namespaces/public/default-2", {
         "auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}},
         "replication_clusters": ["standalone"]}) == 204
-    assert broker.superuser("PUT", "/admin/v2/tenants/private", {"adminRoles": [], "allowedClusters": ["standalone"]}) == 204
+    assert broker.superuser("PUT", "/admin/v2/tenants/private",
+                            {"adminRoles": [], "allowedClusters": ["standalone"]}) == 204
     assert broker.superuser("PUT", "/admin/v2/namespaces/private/auth", {"replication_clusters": ["standalone"]}) == 204
-    assert broker.superuser("POST", "/admin/v2/namespaces/private/auth/permissions/bystander",
-                            ["produce", "consume"]) == 204
+    for role in ("bystander", "bystander-magnetar"):
+        assert broker.superuser("POST", f"/admin/v2/namespaces/private/auth/permissions/{role}",
+                                ["produce", "consume"]) == 204
 
 
 def test_the_broker_runs_from_a_pulsar_standalone_ssl_file(secured):
@@ -137,7 +141,8 @@ def test_the_broker_runs_from_a_pulsar_standalone_ssl_file(secured):
     assert "tlsEnabled" in log and "brokerClientAuthenticationPlugin" in log  # listed in the one warning
     status, grants = secured.rest("GET", "/admin/v2/namespaces/private/auth/permissions",
                                   "Bearer " + secured.token("superUser"))
-    assert (status, grants) == (200, {"bystander": ["consume", "produce"]})
+    both = ["consume", "produce"]
+    assert (status, grants) == (200, {"bystander": both, "bystander-magnetar": both})
 
 
 # ---- clients --------------------------------------------------------------------------------------------------
@@ -234,21 +239,30 @@ def test_token_principal_is_refused_on_private_auth_until_granted_over_rest(secu
 
 
 class Bystander:
-    """An official client connected once for the module, with a live producer and consumer on private/auth."""
+    """A client of each kind connected once for the module, with a live producer and consumer on private/auth
+    (roles ``bystander`` and ``bystander-magnetar``, granted there by the setup)."""
 
     def __init__(self, broker: Secured):
-        self.client = connect(pulsar, broker.url_tls, pulsar.AuthenticationToken(broker.token("bystander")),
-                              broker=broker)
-        self.topic = topic_in("private/auth")
-        self.consumer = self.client.subscribe(self.topic, "bystander")
-        self.producer = self.client.create_producer(self.topic)
+        self.clients, self.pairs = [], []
+        for api, role in ((pulsar, "bystander"), (magnetar, "bystander-magnetar")):
+            client = connect(api, broker.url_tls, api.AuthenticationToken(broker.token(role)), broker=broker)
+            topic = topic_in("private/auth")
+            consumer = client.subscribe(topic, "bystander")
+            self.clients.append(client)
+            self.pairs.append((client.create_producer(topic), consumer))
         self.sent = 0
 
     def still_works(self) -> None:
         self.sent += 1
-        self.producer.send(f"b{self.sent}".encode())
-        assert receive_n(self.consumer, 1)[0].data() == f"b{self.sent}".encode()
-        assert self.producer.is_connected() and self.consumer.is_connected()
+        for producer, consumer in self.pairs:
+            producer.send(f"b{self.sent}".encode())
+            assert receive_n(consumer, 1)[0].data() == f"b{self.sent}".encode()
+        official_producer, official_consumer = self.pairs[0]
+        assert official_producer.is_connected() and official_consumer.is_connected()
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
 
 
 @pytest.fixture(scope="module")
@@ -256,13 +270,11 @@ def bystander(secured):
     b = Bystander(secured)
     yield b
     b.still_works()
-    b.client.close()
-    # one CONNECT for the whole module: no failure case cost it its connection
-    assert secured.log().count("authenticated as role 'bystander'") == 1
-
-
-def _handshake_failures(broker: Secured) -> int:
-    return broker.log().count("TLS handshake failed")
+    b.close()
+    # one CONNECT each for the whole module: no failure case cost them their connection
+    log = secured.log()
+    assert log.count("authenticated as role 'bystander'") == 1
+    assert log.count("authenticated as role 'bystander-magnetar'") == 1
 
 
 # case: (url, auth, ca) makers, what magnetar raises (type, text), what the official client raises, and what the
@@ -369,8 +381,13 @@ def test_admin_rest_answers_401_and_403_along_the_matrix(secured):
     """Must show 6. Without credentials a request is the anonymous role (anonymousUserRole is set, as in the
     official CI), so it is 403 where anonymous has no right; credentials that are presented and bad are 401."""
     s = secured
-    bearer = lambda role, **kw: "Bearer " + s.token(role, **kw)  # noqa: E731
-    basic = lambda user, password: "Basic " + __import__("base64").b64encode(f"{user}:{password}".encode()).decode()  # noqa: E731
+
+    def bearer(role: str, **token_options) -> str:
+        return "Bearer " + s.token(role, **token_options)
+
+    def basic(user: str, password: str) -> str:
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
     grants = "/admin/v2/namespaces/private/auth/permissions"
     rows = [
         # (what, method, path, Authorization, client certificate, body, status, reason contains)
@@ -412,7 +429,7 @@ def test_admin_rest_answers_401_and_403_along_the_matrix(secured):
     with pytest.raises(urllib.error.URLError) as wrong_ca:
         s.rest("GET", "/admin/v2/tenants", "Bearer " + s.token("superUser"), cafile=s.files.other_ca_path)
     assert isinstance(wrong_ca.value.reason, ssl.SSLCertVerificationError)
-    with pytest.raises((urllib.error.URLError, ConnectionError, __import__("http").client.HTTPException)):
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
         urllib.request.urlopen(f"http://127.0.0.1:{s.https_port}/admin/v2/tenants", timeout=10)
 
 
