@@ -184,6 +184,9 @@ def test_superuser_token_over_pulsar_ssl(secured, api):
     c = connect(api, secured.url_tls, api.AuthenticationToken(secured.token("superUser")), broker=secured)
     try:
         produce_consume(c, topic_in("private/auth"))
+        if api is magnetar:  # the lookup sent it to the brokerServiceUrlTls: every connection it holds is TLS
+            conns = list(c._async._connections.values())
+            assert conns and all(conn.transport.get_extra_info("ssl_object") is not None for conn in conns)
     finally:
         c.close()
 
@@ -281,6 +284,10 @@ def bystander(secured):
 # broker's log gains (the specific reason where the official client can only say Timeout)
 FAILURES = {
     "wrong signature": dict(
+        auth=lambda api, b: api.AuthenticationToken(b.token("token-principal", key=OTHER_KEY)),
+        magnetar=(magnetar.AuthenticationError, "wrong signature"), pulsar=pulsar.Timeout, log="wrong signature"),
+    "wrong signature over pulsar://": dict(
+        url=lambda b: b.process.service_url,
         auth=lambda api, b: api.AuthenticationToken(b.token("token-principal", key=OTHER_KEY)),
         magnetar=(magnetar.AuthenticationError, "wrong signature"), pulsar=pulsar.Timeout, log="wrong signature"),
     "expired token": dict(
