@@ -18,6 +18,7 @@ from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
+from storage.managed_ledger.passwords import parse_secret
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -107,6 +108,9 @@ class BrokerConfig:
     super_user_roles: tuple[str, ...] = ()
     advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
     internal_listener_name: str | None = None
+    # Every ledger's password is derived from this (storage/managed_ledger/passwords.py): the text itself or
+    # file:///path. None: a secret generated once and kept in the metadata store, shared by the cluster's brokers.
+    managed_ledger_password_secret: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.advertised_address is None:
@@ -198,6 +202,8 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.managed_ledger_password_secret is not None:
+            parse_secret(self.managed_ledger_password_secret)  # empty, or an unreadable file
         try:
             self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
         except ManagedLedgerConfigError as exc:

@@ -38,6 +38,7 @@ from storage.client import ClientConfig
 from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
+from storage.managed_ledger.passwords import cluster_secret, parse_secret
 from storage.metadata import MetadataStore, open_store
 from storage.shared_load import SharedLoads
 
@@ -75,8 +76,9 @@ class BrokerService:
         owns = store is None
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
+        password_secret = await _password_secret(config, store)
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
-        factory = ManagedLedgerFactory(store, client)
+        factory = ManagedLedgerFactory(store, client, password_secret=password_secret)
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)
         loop = asyncio.get_running_loop()
@@ -312,6 +314,13 @@ class BrokerService:
                 await self.store.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+async def _password_secret(config: BrokerConfig, store: MetadataStore) -> bytes:
+    """The secret every ledger password derives from: configured, or the cluster's generated one."""
+    if config.managed_ledger_password_secret is not None:
+        return parse_secret(config.managed_ledger_password_secret)
+    return await cluster_secret(store)
 
 
 def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:

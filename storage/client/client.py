@@ -33,7 +33,7 @@ from storage.errors import (
     NotEnoughBookiesError,
     PlacementPolicyError,
     ReadEntryError,
-    UnauthorizedError,
+    WrongLedgerPasswordError,
 )
 from storage.ledger_metadata import LedgerMetadata, validate_quorum
 from storage.metadata import MetadataStore, join, open_store, paths
@@ -173,13 +173,13 @@ class LedgerClient:
         ``recovery=False`` leaves the writer alone; the handle reads up to the
         LAC and can tail (``read_lac``, ``wait_for_lac``) while it grows.
 
-        Raises NoSuchLedgerError, UnauthorizedError (wrong password),
+        Raises NoSuchLedgerError, WrongLedgerPasswordError (an UnauthorizedError: wrong password),
         LedgerRecoveryError (retriable: too few bookies answered).
         """
         self._check_open()
         md, version = await self.get_metadata(ledger_id)
         if md.password != bytes(password):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+            raise WrongLedgerPasswordError(f"wrong password for ledger {ledger_id}")
         if recovery:
             md, version = await LedgerRecovery(self._ctx, ledger_id).run()
             handle = ReadHandle(self._ctx, md, version, last_add_confirmed=md.last_entry_id)
