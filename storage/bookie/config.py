@@ -11,7 +11,7 @@ diskUsageThreshold=0.95, diskUsageLwmThreshold=0.90).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -74,6 +74,11 @@ class BookieConfig:
     max_frame_bytes: int = 8 * 1024 * 1024
     session_timeout_s: float = 10.0
 
+    # security (docs/security.md "Storage"): the bearer token the HTTP endpoints that change state require;
+    # None: only loopback clients may change state (standalone). Set it by TOML or MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN,
+    # not a flag, so it never shows in a process listing.
+    http_admin_token: str | None = field(default=None, repr=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.journal_dir is None:
@@ -123,6 +128,9 @@ class BookieConfig:
             raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
+        if self.http_admin_token is not None and (not self.http_admin_token.strip() or
+                                                  any(c.isspace() for c in self.http_admin_token)):
+            raise ValueError("http_admin_token must be non-empty and contain no whitespace")
         if not self.bookie_id or "/" in self.bookie_id:
             raise ValueError(f"bookie_id {self.bookie_id!r} must be non-empty and contain no '/'")
         return self

@@ -100,7 +100,7 @@ class BookieService:
                                         journal_damage=lambda: bookie.journal_damage)
         await self.disk_monitor.check_once()  # no registration yet: this only sets the server's mode
         self.server.set_read_only(self.disk_monitor.read_only, self.disk_monitor.mode.reason)
-        self._http = await start_http(self, config.host, config.http_port)
+        self._http = await start_http(self, config.host, config.http_port, config.http_admin_token)
         self.registration = Registration(store, config, self.http_port)
         # The mode is read again here: an HTTP override may have landed while HTTP started.
         await self.registration.register(self.disk_monitor.read_only)

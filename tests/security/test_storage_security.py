@@ -1,0 +1,326 @@
+"""The storage side of security: derived ledger passwords, bookies refusing a wrong master key, the bookie's HTTP token.
+
+Wire-level cases run against real bookie (and broker) processes on a real ZooKeeper; the derivation, the
+upgrade path and the HTTP access decision are pure or in-memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import aiohttp
+import pytest
+
+from broker.topics.names import parse_topic
+from storage import digest, protocol as p
+from storage.autorecovery import admin
+from storage.bookie.config import load_config as load_bookie_config
+from storage.bookie.http import admin_access
+from storage.client.client import LedgerClient
+from storage.client.config import ClientConfig
+from storage.client.memory import MemoryLedgerClient, MemoryLedgerStore
+from storage.errors import (
+    ManagedLedgerConfigError,
+    ReplicationError,
+    UnauthorizedError,
+    WrongLedgerPasswordError,
+)
+from storage.ledger_metadata import LedgerMetadata, master_key
+from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
+from storage.managed_ledger.metadata import ManagedLedgerInfo, ledger_path as ml_path
+from storage.managed_ledger.passwords import (
+    LEGACY_PASSWORD,
+    SECRET_PATH,
+    LedgerPasswords,
+    cluster_secret,
+    derive_password,
+    parse_secret,
+)
+from storage.metadata import open_store, paths
+from storage.testing.processes import BookieProcess, BrokerProcess
+from tests.bookie.support import Conn
+
+SECRET = b"s3cret-for-tests"
+
+
+# ---- derivation (pure) ----------------------------------------------------------------------------------------------
+
+
+def test_derived_passwords_are_non_empty_stable_and_differ_per_ledger_name_context_and_secret():
+    a = derive_password(SECRET, "managed-ledger", "t/ns/persistent/a")
+    assert len(a) == 32 and a == derive_password(SECRET, "managed-ledger", "t/ns/persistent/a")
+    others = {
+        derive_password(SECRET, "managed-ledger", "t/ns/persistent/b"),
+        derive_password(SECRET, "managed-cursor", "t/ns/persistent/a"),
+        derive_password(b"another secret", "managed-ledger", "t/ns/persistent/a"),
+    }
+    assert a not in others and len(others) == 3
+    with pytest.raises(ValueError):
+        derive_password(b"", "managed-ledger", "x")
+
+
+@pytest.mark.parametrize("secret, name, expected", [
+    (None, "t/ns/persistent/a", LEGACY_PASSWORD),  # no secret: the legacy empty password
+    (SECRET, "t/ns/persistent/a", derive_password(SECRET, "managed-ledger", "t/ns/persistent/a")),
+])
+def test_ledger_passwords_table(secret, name, expected):
+    passwords = LedgerPasswords(secret)
+    assert passwords.data_ledger(name) == expected
+    assert passwords.accepted(expected) == ((LEGACY_PASSWORD,) if expected == LEGACY_PASSWORD
+                                            else (expected, LEGACY_PASSWORD))
+    cursor = passwords.cursor_ledger(name, "sub")
+    assert (cursor == LEGACY_PASSWORD) == (secret is None) and (secret is None or cursor != expected)
+
+
+def test_a_configured_secret_is_the_text_or_a_file_and_never_empty(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(b"from-a-file\n")
+    assert parse_secret("literal") == b"literal"
+    assert parse_secret(f"file://{secret_file}") == b"from-a-file"
+    for bad in ("", f"file://{tmp_path / 'missing'}"):
+        with pytest.raises(ValueError):
+            parse_secret(bad)
+    (tmp_path / "empty").write_bytes(b"  \n")
+    with pytest.raises(ValueError, match="empty"):
+        parse_secret(f"file://{tmp_path / 'empty'}")
+
+
+def test_broker_config_checks_the_secret():
+    from broker.config import BrokerConfig
+
+    with pytest.raises(ValueError, match="empty"):
+        BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="").validate()
+    config = BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="hidden").validate()
+    assert "hidden" not in repr(config)
+
+
+async def test_the_generated_cluster_secret_is_made_once_and_shared():
+    store = await open_store(f"memory://secret-{uuid.uuid4().hex[:12]}")
+    try:
+        made = iter([b"A" * 32, b"B" * 32])
+        first, second = await asyncio.gather(cluster_secret(store, lambda n: next(made)),
+                                             cluster_secret(store, lambda n: next(made)))
+        assert first == second and len(first) == 32
+        assert await cluster_secret(store) == first  # a later broker reads it
+        await store.set(SECRET_PATH, b"", -1)
+        with pytest.raises(ManagedLedgerConfigError):
+            await cluster_secret(store)
+    finally:
+        await store.close()
+
+
+# ---- upgrade path (in memory) ---------------------------------------------------------------------------------------
+
+
+async def test_ledgers_written_with_the_empty_password_still_open_and_new_ones_get_derived_passwords():
+    store = await open_store(f"memory://upgrade-{uuid.uuid4().hex[:12]}")
+    ledgers = MemoryLedgerStore()
+    name = "t/ns/persistent/upgraded"
+    config = ManagedLedgerConfig(min_ledger_rollover_time_s=0)
+    try:
+        before = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers))  # as every broker did before
+        ml = await before.open(name, config)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        first = await ml.add_entry(b"old-1")
+        await ml.add_entry(b"old-2")
+        await cursor.mark_delete(first)
+        await before.settle()
+        await before.close()
+        assert {ledger.password for ledger in ledgers.ledgers.values()} == {LEGACY_PASSWORD}
+        old_ids = set(ledgers.ledgers)
+
+        after = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers), password_secret=SECRET)
+        ml = await after.open(name, config)  # recovers the old last ledger, restores the old cursor ledger
+        cursor = ml.cursors["sub"]
+        await ml.add_entry(b"new-1")
+        assert [e.data for e in await cursor.read_entries(10)] == [b"old-2", b"new-1"]
+        await cursor.mark_delete(ml.last_confirmed_entry)
+        await after.settle()
+        new = {lid: ledger.password for lid, ledger in ledgers.ledgers.items() if lid not in old_ids}
+        assert LedgerPasswords(SECRET).data_ledger(name) in new.values()
+        assert LedgerPasswords(SECRET).cursor_ledger(name, "sub") in new.values()
+        assert LEGACY_PASSWORD not in new.values()
+        await after.close()
+
+        # A ledger under another password is not opened with the legacy fallback.
+        stranger = await MemoryLedgerClient(ledgers).create_ledger(1, 1, 1, password=b"someone else's")
+        with pytest.raises(WrongLedgerPasswordError):
+            again = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers), password_secret=SECRET)
+            await (await again.open(name, config)).open_ledger(stranger.ledger_id, recovery=False)
+    finally:
+        await store.close()
+
+
+# ---- the bookie refuses a wrong master key, on the real wire ---------------------------------------------------------
+
+
+def _add(rid: int, ledger_id: int, entry_id: int, key: bytes, lac: int) -> p.AddRequest:
+    return p.AddRequest(rid, ledger_id, entry_id, 0, key, digest.package(ledger_id, entry_id, lac, 1, b"intruder"))
+
+
+async def test_a_bookie_refuses_a_fence_and_an_add_with_the_wrong_password_and_the_owner_keeps_writing(start_bookies):
+    cluster = start_bookies(3)
+    client = await LedgerClient.open(cluster.metadata_url, ClientConfig(add_entry_timeout_s=10))
+    try:
+        await client.registry.wait_for(lambda r: len(r.writable()) == 3, 15)
+        writer = await client.create_ledger(3, 3, 3, password=b"the owner's password")
+        assert await writer.add_entry(b"one") == 0
+        lid = writer.ledger_id
+        for bookie in cluster.bookies:
+            conn = await Conn.open(bookie.port)
+            try:
+                for rid, key in enumerate((master_key(b"wrong"), master_key(b""), b"")):
+                    fence = await conn.request(p.ReadRequest(rid, lid, p.LAST_ENTRY, p.FLAG_FENCE, key))
+                    assert fence.status == UnauthorizedError.code, (bookie.bookie_id, key)
+                    add = await conn.request(_add(100 + rid, lid, 1, key, lac=0))
+                    assert add.status == UnauthorizedError.code, (bookie.bookie_id, key)
+                # The right key passes the same check: a plain read of what is there works for anyone.
+                read = await conn.request(p.ReadRequest(9, lid, 0, 0, b""))
+                assert read.status == p.OK and digest.verify(read.body, lid, 0).payload == b"one"
+            finally:
+                await conn.close()
+        # Nothing was fenced and nothing was written: the owner goes on.
+        assert await writer.add_entry(b"two") == 1
+        await writer.close()
+        reader = await client.open_ledger(lid, recovery=False, password=b"the owner's password")
+        assert [e.payload for e in await reader.read_entries(0, 1)] == [b"one", b"two"]
+        await reader.close()
+        # With the right password, recovery fences as usual.
+        recovered = await client.open_ledger(lid, recovery=True, password=b"the owner's password")
+        assert recovered.last_add_confirmed == 1
+        await recovered.close()
+    finally:
+        await client.close()
+
+
+# ---- a broker's ledgers get derived passwords; another broker takes them over -----------------------------------------
+
+
+async def _ledger_metadata(store, ml_name: str) -> list[LedgerMetadata]:
+    info = ManagedLedgerInfo.from_bytes((await store.get(ml_path(ml_name)))[0])
+    return [LedgerMetadata.from_bytes((await store.get(paths.ledger_path(ledger.ledger_id)))[0])
+            for ledger in info.ledgers]
+
+
+def test_broker_ledgers_have_distinct_derived_passwords_and_a_second_broker_takes_them_over(start_bookies, tmp_path):
+    import pulsar
+
+    cluster = start_bookies(3)
+    env = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
+    first = BrokerProcess(tmp_path / "broker-0", metadata_url=cluster.metadata_url, env=env).start(60)
+    topics = [f"persistent://public/default/pw-{uuid.uuid4().hex[:8]}-{i}" for i in range(2)]
+    client = pulsar.Client(first.service_url, operation_timeout_seconds=30,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        for topic in topics:
+            client.subscribe(topic, "sub").close()
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(5):
+                producer.send(f"{topic} {i}".encode())
+            producer.close()
+    finally:
+        client.close()
+
+    async def passwords() -> tuple[bytes, list[list[bytes]]]:
+        store = await open_store(cluster.metadata_url)
+        try:
+            secret = (await store.get(SECRET_PATH))[0]
+            per_topic = []
+            for topic in topics:
+                ml_name = parse_topic(topic).managed_ledger_name
+                per_topic.append([md.password for md in await _ledger_metadata(store, ml_name)])
+                assert per_topic[-1], f"no ledgers for {ml_name}"
+                assert set(per_topic[-1]) == {LedgerPasswords(secret).data_ledger(ml_name)}
+            return secret, per_topic
+        finally:
+            await store.close()
+
+    secret, per_topic = asyncio.run(passwords())
+    assert len(secret) == 32
+    a, b = per_topic[0][0], per_topic[1][0]
+    assert a and b and a != b and len(a) == 32
+
+    # Failover: the owner dies; a second broker must fence and recover its ledgers with the same passwords.
+    first.kill9()
+    second = BrokerProcess(tmp_path / "broker-1", metadata_url=cluster.metadata_url, env=env).start(60)
+    client = pulsar.Client(second.service_url, operation_timeout_seconds=30,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        for topic in topics:
+            consumer = client.subscribe(topic, "sub")
+            got = [consumer.receive(30_000).data() for _ in range(5)]
+            assert got == [f"{topic} {i}".encode() for i in range(5)]
+            consumer.close()
+            producer = client.create_producer(topic)
+            producer.send(b"after failover")
+            producer.close()
+    finally:
+        client.close()
+        second.stop()
+
+
+# ---- the bookie's HTTP admin token ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token, authorization, peer, expected", [
+    (None, None, "127.0.0.1", None),               # standalone: loopback may change state
+    (None, None, "::1", None),
+    (None, None, "10.1.2.3", 403),                 # not configured: nobody else
+    (None, "Bearer x", "10.1.2.3", 403),
+    (None, None, None, 403),
+    ("tok", None, "127.0.0.1", 401),               # configured: loopback needs it too
+    ("tok", "Basic dTpw", "10.1.2.3", 401),
+    ("tok", "Bearer ", "10.1.2.3", 401),
+    ("tok", "Bearer wrong", "10.1.2.3", 403),
+    ("tok", "Bearer tok", "10.1.2.3", None),
+    ("tok", "bearer tok", "127.0.0.1", None),
+])
+def test_admin_access_table(token, authorization, peer, expected):
+    refused = admin_access(token, authorization, peer)
+    assert (refused[0] if refused else None) == expected
+
+
+@pytest.mark.parametrize("token", ["", "  ", "has space"])
+def test_a_blank_admin_token_is_refused_at_start(token, tmp_path):
+    with pytest.raises(ValueError, match="http_admin_token"):
+        load_bookie_config(overrides={"metadata_store_url": "memory://x", "data_dir": str(tmp_path),
+                                      "http_admin_token": token}, environ={})
+    config = load_bookie_config(overrides={"metadata_store_url": "memory://x", "data_dir": str(tmp_path)},
+                                environ={"MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN": "from-env"})
+    assert config.http_admin_token == "from-env" and "from-env" not in repr(config)
+
+
+async def test_a_bookie_with_an_admin_token_guards_state_changes_and_keeps_gets_open(zk_url, tmp_path):
+    bookie = BookieProcess(zk_url, tmp_path / "bookie" / "data", zone="zone-a",
+                           env={"MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN": "the-admin-token"})
+    await asyncio.to_thread(bookie.start, 60)
+    base = f"http://127.0.0.1:{bookie.http_port}"
+    url = f"{base}/api/v1/bookie/state/readonly"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path in ("/health", "/metrics", "/api/v1/bookie/info"):
+                async with http.get(base + path) as resp:
+                    assert resp.status == 200, path
+            for headers, status in (({}, 401), ({"Authorization": "Basic YTpi"}, 401),
+                                    ({"Authorization": "Bearer wrong"}, 403)):
+                async with http.put(url, json={"readOnly": True}, headers=headers) as resp:
+                    assert resp.status == status, headers
+                    assert "error" in await resp.json()
+            async with http.get(f"{base}/api/v1/bookie/info") as resp:
+                assert (await resp.json())["state"] == "writable"  # the refused requests changed nothing
+
+            # The shell's decommission path: without the token it is refused, with it the bookie goes read-only.
+            client = await LedgerClient.open(zk_url)
+            try:
+                await client.registry.wait_for(lambda r: r.get(bookie.bookie_id) is not None, 15)
+                with pytest.raises(ReplicationError, match="401"):
+                    await admin.set_read_only(client, bookie.bookie_id)
+                await admin.set_read_only(client, bookie.bookie_id, "the-admin-token")
+            finally:
+                await client.close()
+            async with http.get(f"{base}/api/v1/bookie/info") as resp:
+                assert (await resp.json())["state"] == "readonly"
+    finally:
+        await asyncio.to_thread(bookie.stop)
+
