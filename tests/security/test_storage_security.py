@@ -22,6 +22,7 @@ from storage.client.config import ClientConfig
 from storage.client.memory import MemoryLedgerClient, MemoryLedgerStore
 from storage.errors import (
     ManagedLedgerConfigError,
+    NoSuchLedgerError,
     ReplicationError,
     UnauthorizedError,
     WrongLedgerPasswordError,
@@ -188,6 +189,33 @@ async def test_a_bookie_refuses_a_fence_and_an_add_with_the_wrong_password_and_t
         await reader.close()
         # With the right password, recovery fences as usual.
         recovered = await client.open_ledger(lid, recovery=True, password=b"the owner's password")
+        assert recovered.last_add_confirmed == 1
+        await recovered.close()
+    finally:
+        await client.close()
+
+
+async def test_a_stranger_cannot_fence_or_plant_a_key_before_the_first_add(start_bookies):
+    """A bookie that has not seen a ledger yet checks a fence's or add's key against the ledger's metadata:
+    otherwise the first key to arrive would win, and a stranger's could lock the owner out."""
+    cluster = start_bookies(3)
+    client = await LedgerClient.open(cluster.metadata_url, ClientConfig(add_entry_timeout_s=10))
+    try:
+        await client.registry.wait_for(lambda r: len(r.writable()) == 3, 15)
+        writer = await client.create_ledger(3, 3, 3, password=b"owner")  # nothing written yet
+        lid = writer.ledger_id
+        conn = await Conn.open(cluster.bookies[0].port)
+        try:
+            fence = await conn.request(p.ReadRequest(1, lid, p.LAST_ENTRY, p.FLAG_FENCE, master_key(b"stranger")))
+            assert fence.status == UnauthorizedError.code
+            add = await conn.request(_add(2, lid, 0, master_key(b"stranger"), lac=-1))
+            assert add.status == UnauthorizedError.code
+            unknown = await conn.request(p.ReadRequest(3, 987_654_321, p.LAST_ENTRY, p.FLAG_FENCE, master_key(b"")))
+            assert unknown.status == NoSuchLedgerError.code  # no metadata: nothing to fence
+        finally:
+            await conn.close()
+        assert [await writer.add_entry(b"first"), await writer.add_entry(b"second")] == [0, 1]
+        recovered = await client.open_ledger(lid, recovery=True, password=b"owner")
         assert recovered.last_add_confirmed == 1
         await recovered.close()
     finally:
