@@ -111,6 +111,12 @@ class BrokerConfig:
     # Every ledger's password is derived from this (storage/managed_ledger/passwords.py): the text itself or
     # file:///path. None: a secret generated once and kept in the metadata store, shared by the cluster's brokers.
     managed_ledger_password_secret: str | None = dataclasses.field(default=None, repr=False)
+    # TLS to the bookies (storage/tls.py), Pulsar's bookkeeperTLS* keys: the trust file turns it on; client
+    # authentication presents the certificate and key to bookies that require one.
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_client_authentication: bool = False
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.advertised_address is None:
@@ -145,6 +151,16 @@ class BrokerConfig:
             retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
             cache_size_mb=self.managed_ledger_cache_size_mb,
         ).validate()
+
+    def bookie_client_tls(self) -> dict:
+        """The ledger client's TLS fields (storage.client.config.ClientConfig) from the bookkeeperTLS* settings."""
+        if not self.bookkeeper_tls_trust_certs_file_path:
+            return {}
+        fields = {"tls_trust_certs_file_path": self.bookkeeper_tls_trust_certs_file_path}
+        if self.bookkeeper_tls_client_authentication:
+            fields.update(tls_certificate_file_path=self.bookkeeper_tls_certificate_file_path,
+                          tls_key_file_path=self.bookkeeper_tls_key_file_path)
+        return fields
 
     def split_thresholds(self) -> SplitThresholds:
         return SplitThresholds(
@@ -202,6 +218,11 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.bookkeeper_tls_client_authentication and not (
+                self.bookkeeper_tls_trust_certs_file_path and self.bookkeeper_tls_certificate_file_path
+                and self.bookkeeper_tls_key_file_path):
+            raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
+                             "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
         if self.managed_ledger_password_secret is not None:
             parse_secret(self.managed_ledger_password_secret)  # empty, or an unreadable file
         try:

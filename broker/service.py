@@ -77,7 +77,8 @@ class BrokerService:
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
         password_secret = await _password_secret(config, store)
-        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
+        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes,
+                                                             **config.bookie_client_tls()))
         factory = ManagedLedgerFactory(store, client, password_secret=password_secret)
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)

@@ -18,6 +18,7 @@ from storage.autorecovery.auditor import Auditor
 from storage.autorecovery.config import AutoRecoveryConfig
 from storage.autorecovery.worker import ReplicationWorker, RepairStats
 from storage.client.client import LedgerClient
+from storage.client.config import ClientConfig
 from storage.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,8 @@ class AutoRecoveryService:
 
     @classmethod
     async def start(cls, store: MetadataStore, config: AutoRecoveryConfig, owner: str,
-                    registry: CollectorRegistry) -> "AutoRecoveryService":
-        client = await LedgerClient.open(store)
+                    registry: CollectorRegistry, client_config: ClientConfig | None = None) -> "AutoRecoveryService":
+        client = await LedgerClient.open(store, client_config)
         service = cls(client, config, owner, registry)
         service._owns_client = True
         service._tasks = [asyncio.ensure_future(service.auditor.run_forever()),

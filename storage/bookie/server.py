@@ -62,6 +62,7 @@ from storage.errors import (
 )
 from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key
 from storage.metadata import MetadataStore, Watch, paths
+from storage.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -216,9 +217,11 @@ class BookieServer:
     @classmethod
     async def start(cls, bookie, store, config, registry) -> "BookieServer":
         server = cls(bookie, store, config, registry)
+        tls = (server_context(config.tls_certificate_path, config.tls_key_store, config.tls_trust_store,
+                              config.tls_client_authentication) if config.tls_enabled else None)
         loop = asyncio.get_running_loop()
         server._server = await loop.create_server(lambda: BookieConnection(server), config.host, config.port,
-                                                  reuse_address=True)
+                                                  reuse_address=True, ssl=tls)
         return server
 
     @property

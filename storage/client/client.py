@@ -37,6 +37,7 @@ from storage.errors import (
 )
 from storage.ledger_metadata import LedgerMetadata, validate_quorum
 from storage.metadata import MetadataStore, join, open_store, paths
+from storage.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,15 @@ class LedgerClient:
 
         ``rng`` drives placement and backoff jitter; ``faults`` is the
         scripted-fault seam for tests (see storage.client.faults).
+        Raises ValueError for a bad config or unreadable TLS files.
         """
         config = (config or ClientConfig()).validate()
+        tls = (client_context(config.tls_trust_certs_file_path, config.tls_certificate_file_path,
+                              config.tls_key_file_path) if config.tls_trust_certs_file_path else None)
         owns = isinstance(metadata_store, str)
         store = await open_store(metadata_store) if owns else metadata_store
         registry = await BookieRegistry(store).start()
-        pool = BookiePool(config, registry.address, faults)
+        pool = BookiePool(config, registry.address, faults, tls)
         ctx = ClientContext(config, store, registry, pool, rng or random.Random(), clock)
         return cls(ctx, owns_store=owns)
 

@@ -13,7 +13,8 @@
     recover BOOKIE_ID                   re-replicate everything a (dead) bookie held now, without the delay; wait
 
 Every command takes ``--metadata-store URL``, before or after the command
-name. Exit codes: 0 success, 1 a verification failure, operation error or
+name, and ``--tls-trust-certs-file`` (``--tls-cert-file``, ``--tls-key-file``)
+when the bookies serve TLS. Exit codes: 0 success, 1 a verification failure, operation error or
 timeout, 2 bad arguments.
 """
 
@@ -42,6 +43,11 @@ def add_parser(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--metadata-store", default=argparse.SUPPRESS,
                         help="zk://host:port[/chroot], file://DIR or memory://name (required)")
+    common.add_argument("--tls-trust-certs-file", default=argparse.SUPPRESS,
+                        help="bookies serve TLS: the CA certificates (PEM) to check them against")
+    common.add_argument("--tls-cert-file", default=argparse.SUPPRESS,
+                        help="client certificate (PEM) for bookies that require client authentication")
+    common.add_argument("--tls-key-file", default=argparse.SUPPRESS, help="the client certificate's key (PEM)")
     shell = subparsers.add_parser("shell", parents=[common], help="operator commands: listbookies, listledgers, "
                                   "listunderreplicated, simpletest, ledger, readledger, deleteledger, "
                                   "decommissionbookie, recover")
@@ -95,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except OSError as exc:  # e.g. an unreadable --http-admin-token-file
+    except (OSError, ValueError) as exc:  # e.g. an unreadable --http-admin-token-file or TLS file
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
@@ -126,7 +132,10 @@ async def write_entries(handle, payloads: list[bytes], count: int, window: int) 
 
 
 async def _client(args, **config) -> LedgerClient:
-    return await LedgerClient.open(args.metadata_store, ClientConfig(**config))
+    tls = {"tls_trust_certs_file_path": getattr(args, "tls_trust_certs_file", None),
+           "tls_certificate_file_path": getattr(args, "tls_cert_file", None),
+           "tls_key_file_path": getattr(args, "tls_key_file", None)}
+    return await LedgerClient.open(args.metadata_store, ClientConfig(**config, **tls))
 
 
 async def listbookies(args) -> int:

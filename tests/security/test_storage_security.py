@@ -352,3 +352,126 @@ async def test_a_bookie_with_an_admin_token_guards_state_changes_and_keeps_gets_
     finally:
         await asyncio.to_thread(bookie.stop)
 
+
+
+# ---- optional TLS on the bookie port ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A test CA with a bookie certificate for 127.0.0.1 and a broker client certificate; and a stranger CA."""
+    import trustme
+
+    root = tmp_path_factory.mktemp("pki")
+    ca, stranger = trustme.CA(), trustme.CA()
+    files = {}
+
+    def leaf(name: str, cert) -> None:
+        files[f"{name}_cert"] = str(root / f"{name}.pem")
+        files[f"{name}_key"] = str(root / f"{name}.key")
+        (root / f"{name}.pem").write_bytes(b"".join(pem.bytes() for pem in cert.cert_chain_pems))
+        cert.private_key_pem.write_to_path(str(root / f"{name}.key"))
+
+    leaf("bookie", ca.issue_cert("127.0.0.1", "localhost"))
+    leaf("client", ca.issue_cert("broker.magnetar.test"))
+    for name, authority in (("ca", ca), ("stranger_ca", stranger)):
+        files[name] = str(root / f"{name}.pem")
+        authority.cert_pem.write_to_path(files[name])
+    return files
+
+
+def _tls_bookie_env(pki) -> dict:
+    return {"MAGNETAR_BOOKIE_TLS_CERTIFICATE_PATH": pki["bookie_cert"], "MAGNETAR_BOOKIE_TLS_KEY_STORE": pki["bookie_key"],
+            "MAGNETAR_BOOKIE_TLS_TRUST_STORE": pki["ca"], "MAGNETAR_BOOKIE_TLS_CLIENT_AUTHENTICATION": "true"}
+
+
+async def _tls_conn(port: int, trust: str, cert: str | None = None, key: str | None = None) -> Conn:
+    from storage.tls import client_context
+
+    return Conn(*await asyncio.open_connection("127.0.0.1", port, ssl=client_context(trust, cert, key),
+                                              server_hostname="127.0.0.1"))
+
+
+async def test_tls_bookies_serve_tls_clients_with_certificates_and_refuse_the_rest(start_bookies, pki):
+    import ssl
+
+    cluster = await asyncio.to_thread(start_bookies, 3, env=_tls_bookie_env(pki))
+    tls = ClientConfig(tls_trust_certs_file_path=pki["ca"], tls_certificate_file_path=pki["client_cert"],
+                       tls_key_file_path=pki["client_key"])
+    client = await LedgerClient.open(cluster.metadata_url, tls)
+    try:
+        await client.registry.wait_for(lambda r: len(r.writable()) == 3, 15)
+        writer = await client.create_ledger(3, 3, 3, password=b"pw")
+        for i in range(10):
+            await writer.add_entry(f"over tls {i}".encode())
+        await writer.close()
+        reader = await client.open_ledger(writer.ledger_id, recovery=False, password=b"pw")
+        assert [e.payload for e in await reader.read_entries(0, 9)] == [f"over tls {i}".encode() for i in range(10)]
+        await reader.close()
+    finally:
+        await client.close()
+
+    bookie = cluster.bookies[0]
+    good = await _tls_conn(bookie.port, pki["ca"], pki["client_cert"], pki["client_key"])
+    assert (await good.request(p.ReadLacRequest(1, writer.ledger_id))).status == p.OK
+
+    plain = await Conn.open(bookie.port)  # a plain-text client on the TLS port gets no answer, only a close
+    plain.send(p.ReadLacRequest(2, writer.ledger_id))
+    with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+        await plain.recv()
+    with pytest.raises(ssl.SSLCertVerificationError):  # a bookie whose certificate the client's CA did not sign
+        await _tls_conn(bookie.port, pki["stranger_ca"])
+    with pytest.raises((ConnectionError, ssl.SSLError)):  # no client certificate: client authentication fails
+        anonymous = await _tls_conn(bookie.port, pki["ca"])
+        await anonymous.request(p.ReadLacRequest(3, writer.ledger_id))
+    # None of that touched the good connection.
+    assert (await good.request(p.ReadLacRequest(4, writer.ledger_id))).status == p.OK
+    await good.close()
+
+
+def test_a_broker_writes_through_tls_bookies_with_the_bookkeeper_tls_settings(start_bookies, pki, tmp_path):
+    import pulsar
+
+    cluster = start_bookies(3, env=_tls_bookie_env(pki))
+    broker = BrokerProcess(tmp_path / "broker", metadata_url=cluster.metadata_url, env={
+        "MAGNETAR_BROKER_BOOKKEEPER_TLS_TRUST_CERTS_FILE_PATH": pki["ca"],
+        "MAGNETAR_BROKER_BOOKKEEPER_TLS_CLIENT_AUTHENTICATION": "true",
+        "MAGNETAR_BROKER_BOOKKEEPER_TLS_CERTIFICATE_FILE_PATH": pki["client_cert"],
+        "MAGNETAR_BROKER_BOOKKEEPER_TLS_KEY_FILE_PATH": pki["client_key"],
+    }).start(60)
+    topic = f"persistent://public/default/tls-bookies-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        assert [consumer.receive(30_000).data() for _ in range(5)] == [f"m{i}".encode() for i in range(5)]
+    finally:
+        client.close()
+        broker.stop()
+
+
+@pytest.mark.parametrize("changes, error", [
+    ({"tls_certificate_path": "c.pem"}, "go together"),
+    ({"tls_certificate_path": "c.pem", "tls_key_store": "k.pem"}, "tls_trust_store"),
+    ({"tls_client_authentication": True}, "tls_certificate_path"),
+])
+def test_bookie_tls_settings_are_checked(changes, error, tmp_path):
+    with pytest.raises(ValueError, match=error):
+        load_bookie_config(overrides={"metadata_store_url": "memory://x", "data_dir": str(tmp_path), **changes},
+                           environ={})
+
+
+def test_unreadable_tls_files_are_configuration_errors(pki, tmp_path):
+    from storage.tls import client_context, server_context
+
+    with pytest.raises(ValueError, match="missing.pem"):
+        server_context(str(tmp_path / "missing.pem"), pki["bookie_key"])
+    with pytest.raises(ValueError, match="trust"):
+        server_context(pki["bookie_cert"], pki["bookie_key"], require_client_cert=True)
+    with pytest.raises(ValueError, match="both"):
+        client_context(pki["ca"], pki["client_cert"])
+    with pytest.raises(ValueError, match="go together"):
+        ClientConfig(tls_trust_certs_file_path=pki["ca"], tls_certificate_file_path=pki["client_cert"]).validate()
