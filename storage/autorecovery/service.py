@@ -79,8 +79,11 @@ class AutoRecoveryService:
 
 
 async def run_standalone(url: str, config: AutoRecoveryConfig, owner: str, host: str, http_port: int,
-                         stop: asyncio.Event, ready: Callable[[str], None]) -> None:
-    """`bookie autorecovery`: auditor candidate + worker on their own session, /health and /metrics on HTTP."""
+                         stop: asyncio.Event, ready: Callable[[str], None],
+                         client_config: ClientConfig | None = None) -> None:
+    """`bookie autorecovery`: auditor candidate + worker on their own session, /health and /metrics on HTTP.
+
+    ``client_config`` carries the TLS settings when the bookies serve TLS."""
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -88,7 +91,11 @@ async def run_standalone(url: str, config: AutoRecoveryConfig, owner: str, host:
 
     registry = CollectorRegistry()
     store = await open_store(url, session_timeout_s=config.session_timeout_s)
-    service = await AutoRecoveryService.start(store, config, owner, registry)
+    try:
+        service = await AutoRecoveryService.start(store, config, owner, registry, client_config)
+    except BaseException:
+        await store.close()
+        raise
 
     async def health(_request):
         alive = all(not t.done() for t in service._tasks)

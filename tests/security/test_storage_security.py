@@ -40,6 +40,7 @@ from storage.managed_ledger.passwords import (
 )
 from storage.metadata import open_store, paths
 from storage.testing.processes import BookieProcess, BrokerProcess
+from storage.testing.waiting import wait_until_async
 from tests.bookie.support import Conn
 
 SECRET = b"s3cret-for-tests"
@@ -427,6 +428,39 @@ async def test_tls_bookies_serve_tls_clients_with_certificates_and_refuse_the_re
     # None of that touched the good connection.
     assert (await good.request(p.ReadLacRequest(4, writer.ledger_id))).status == p.OK
     await good.close()
+
+
+async def test_autorecovery_re_replicates_between_tls_bookies(start_bookies, pki):
+    """The bookies' own autorecovery clients dial their TLS peers (with the bookie's certificate) and copy
+    a lost bookie's fragments; the copies pass the new bookie's master-key check."""
+    env = {**_tls_bookie_env(pki), "MAGNETAR_BOOKIE_LOST_BOOKIE_RECOVERY_DELAY_S": "1",
+           "MAGNETAR_BOOKIE_SESSION_TIMEOUT_S": "2", "MAGNETAR_BOOKIE_REPLICATION_POLL_INTERVAL_S": "0.2"}
+    cluster = await asyncio.to_thread(start_bookies, 4, ("zone-a", "zone-b", "zone-c", "zone-a"), env)
+    tls = ClientConfig(tls_trust_certs_file_path=pki["ca"], tls_certificate_file_path=pki["client_cert"],
+                       tls_key_file_path=pki["client_key"])
+    client = await LedgerClient.open(cluster.metadata_url, tls)
+    try:
+        await client.registry.wait_for(lambda r: len(r.writable()) == 4, 15)
+        writer = await client.create_ledger(2, 2, 2, password=b"pw")
+        for i in range(20):
+            await writer.add_entry(f"entry {i}".encode())
+        await writer.close()
+        lost = writer.ensemble[0]
+        await asyncio.to_thread(cluster.by_id(lost).kill9)
+
+        async def replaced() -> bool:
+            md, _ = await client.get_metadata(writer.ledger_id)
+            return all(lost not in ensemble for _, ensemble in md.ensembles)
+
+        await wait_until_async(replaced, 60, f"autorecovery to move the ledger off {lost}", interval_s=0.1)
+        md, _ = await client.get_metadata(writer.ledger_id)
+        survivors = md.ensembles[-1][1]
+        for bookie_id in survivors:  # each replica, read directly from its bookie
+            for eid in range(20):
+                body = (await client.context.pool.read(bookie_id, writer.ledger_id, eid)).body
+                assert digest.verify(body, writer.ledger_id, eid).payload == f"entry {eid}".encode()
+    finally:
+        await client.close()
 
 
 def test_a_broker_writes_through_tls_bookies_with_the_bookkeeper_tls_settings(start_bookies, pki, tmp_path):
