@@ -111,6 +111,8 @@ class BrokerConfig:
     # Every ledger's password is derived from this (storage/managed_ledger/passwords.py): the text itself or
     # file:///path. None: a secret generated once and kept in the metadata store, shared by the cluster's brokers.
     managed_ledger_password_secret: str | None = dataclasses.field(default=None, repr=False)
+    # Secrets ledgers were created under before (rotation): they still open. The generated one counts by itself.
+    managed_ledger_password_previous_secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     # TLS to the bookies (storage/tls.py), Pulsar's bookkeeperTLS* keys: the trust file turns it on; client
     # authentication presents the certificate and key to bookies that require one.
     bookkeeper_tls_trust_certs_file_path: str | None = None
@@ -223,8 +225,9 @@ class BrokerConfig:
                 and self.bookkeeper_tls_key_file_path):
             raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
                              "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
-        if self.managed_ledger_password_secret is not None:
-            parse_secret(self.managed_ledger_password_secret)  # empty, or an unreadable file
+        for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
+            if secret is not None:
+                parse_secret(secret)  # empty, or an unreadable file
         try:
             self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
         except ManagedLedgerConfigError as exc:

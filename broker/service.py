@@ -38,7 +38,7 @@ from storage.client import ClientConfig
 from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
-from storage.managed_ledger.passwords import cluster_secret, parse_secret
+from storage.managed_ledger.passwords import cluster_secret, parse_secret, stored_secret
 from storage.metadata import MetadataStore, open_store
 from storage.shared_load import SharedLoads
 
@@ -76,10 +76,11 @@ class BrokerService:
         owns = store is None
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
-        password_secret = await _password_secret(config, store)
+        password_secret, previous_secrets = await _password_secrets(config, store)
         client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes,
                                                              **config.bookie_client_tls()))
-        factory = ManagedLedgerFactory(store, client, password_secret=password_secret)
+        factory = ManagedLedgerFactory(store, client, password_secret=password_secret,
+                                       previous_password_secrets=previous_secrets)
         service = cls(config, store, client, factory, owns_store=owns)
         await service.resources.ensure_default_namespace(config.cluster_name)
         loop = asyncio.get_running_loop()
@@ -317,11 +318,14 @@ class BrokerService:
             await self._server.wait_closed()
 
 
-async def _password_secret(config: BrokerConfig, store: MetadataStore) -> bytes:
-    """The secret every ledger password derives from: configured, or the cluster's generated one."""
-    if config.managed_ledger_password_secret is not None:
-        return parse_secret(config.managed_ledger_password_secret)
-    return await cluster_secret(store)
+async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple[bytes, tuple[bytes, ...]]:
+    """The secret new ledgers' passwords derive from (configured, or the cluster's generated one), and the
+    earlier secrets whose ledgers must still open (configured ones, and the generated one once replaced)."""
+    previous = tuple(parse_secret(s) for s in config.managed_ledger_password_previous_secrets)
+    if config.managed_ledger_password_secret is None:
+        return await cluster_secret(store), previous
+    generated = await stored_secret(store)
+    return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
 
 
 def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:

@@ -8,7 +8,8 @@ ledger between concurrent callers and never opens the same name twice.
 ``hooks`` is the seam for scripted faults in tests (e.g. stopping between
 "removed from the list" and "deleted from the bookies").
 ``password_secret`` derives every ledger's password (passwords.py); without
-it ledgers keep the legacy empty password.
+it ledgers keep the legacy empty password. ``previous_password_secrets``
+still open ledgers created under earlier secrets.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ class Hooks:
 
 class ManagedLedgerFactory:
     def __init__(self, store, client: api.LedgerClient, *, clock=time.time, hooks: Hooks | None = None,
-                 password_secret: bytes | None = None):
+                 password_secret: bytes | None = None, previous_password_secrets: tuple[bytes, ...] = ()):
         self.store = store
         self.client = client
-        self.passwords = LedgerPasswords(password_secret)
+        self.passwords = LedgerPasswords(password_secret, previous_password_secrets)
         self.clock = clock
         self.hooks = hooks or Hooks()
         self._ledgers: dict[str, ManagedLedger] = {}

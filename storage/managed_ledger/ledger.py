@@ -96,10 +96,11 @@ class ManagedLedger:
         await self._load_cursors()
         return self
 
-    async def open_ledger(self, ledger_id: int, *, recovery: bool, password: bytes | None = None) -> api.ReadHandle:
-        """Open one of this managed ledger's ledgers (a data ledger unless ``password`` says otherwise),
-        accepting the legacy empty password of ledgers written before passwords were derived."""
-        accepted = self.factory.passwords.accepted(self.password if password is None else password)
+    async def open_ledger(self, ledger_id: int, *, recovery: bool, cursor: str | None = None) -> api.ReadHandle:
+        """Open one of this managed ledger's data ledgers (or ``cursor``'s ledger), also under earlier
+        secrets' passwords and the legacy empty one (passwords.py)."""
+        passwords = self.factory.passwords
+        accepted = passwords.accepted_data(self.name) if cursor is None else passwords.accepted_cursor(self.name, cursor)
         return await open_with_password(self.client, ledger_id, recovery=recovery, passwords=accepted)
 
     @property

@@ -17,12 +17,15 @@ The same name always gives the same password, so any broker of the cluster
 without a password store. The secret comes from the broker setting
 ``managed_ledger_password_secret``; when that is unset it is generated once and
 kept in the metadata store (``SECRET_PATH``), so every broker of a cluster
-derives the same passwords. Ledger metadata keeps each ledger's password
+derives the same passwords. Ledgers made under an earlier secret (the
+generated one before a secret was configured, or secrets listed in
+``managed_ledger_password_previous_secrets``) still open: opening tries
+each secret in turn. Ledger metadata keeps each ledger's password
 (as BookKeeper's does), which is how autorecovery and ``bookie shell`` open
 ledgers without knowing the secret.
 
 Upgrade path: ledgers written before this existed carry the empty password in
-their metadata. Opening tries the derived password, then the legacy empty one
+their metadata. Opening tries the derived passwords, then the legacy empty one
 (``open_with_password``), so old data still opens; new ledgers (rollover)
 get derived passwords.
 """
@@ -49,26 +52,37 @@ def derive_password(secret: bytes, context: str, name: str) -> bytes:
 
 
 class LedgerPasswords:
-    """Passwords for a factory's ledgers. ``secret=None`` keeps the legacy empty password (tests without a broker)."""
+    """Passwords for a factory's ledgers.
 
-    def __init__(self, secret: bytes | None):
+    ``secret=None`` keeps the legacy empty password (tests without a broker). ``previous`` are secrets
+    ledgers may have been created under before the current one (a rotated or replaced secret): opening
+    tries the current one, then each previous one, then the legacy empty password.
+    """
+
+    def __init__(self, secret: bytes | None, previous: tuple[bytes, ...] = ()):
         self._secret = secret
-
-    @property
-    def derived(self) -> bool:
-        return self._secret is not None
+        self._previous = tuple(p for p in dict.fromkeys(previous) if p and p != secret)
 
     def data_ledger(self, ml_name: str) -> bytes:
-        return derive_password(self._secret, "managed-ledger", ml_name) if self._secret else LEGACY_PASSWORD
+        return self._derive(self._secret, "managed-ledger", ml_name)
 
     def cursor_ledger(self, ml_name: str, cursor_name: str) -> bytes:
-        if not self._secret:
-            return LEGACY_PASSWORD
-        return derive_password(self._secret, "managed-cursor", f"{ml_name}/{cursor_name}")
+        return self._derive(self._secret, "managed-cursor", f"{ml_name}/{cursor_name}")
 
-    def accepted(self, password: bytes) -> tuple[bytes, ...]:
-        """What opening an existing ledger tries, in order: its derived password, then the legacy one."""
-        return (password,) if password == LEGACY_PASSWORD else (password, LEGACY_PASSWORD)
+    def accepted_data(self, ml_name: str) -> tuple[bytes, ...]:
+        """What opening one of ``ml_name``'s data ledgers tries, in order."""
+        return self._accepted("managed-ledger", ml_name)
+
+    def accepted_cursor(self, ml_name: str, cursor_name: str) -> tuple[bytes, ...]:
+        return self._accepted("managed-cursor", f"{ml_name}/{cursor_name}")
+
+    def _accepted(self, context: str, name: str) -> tuple[bytes, ...]:
+        tried = [self._derive(s, context, name) for s in (self._secret, *self._previous)]
+        return tuple(dict.fromkeys([*tried, LEGACY_PASSWORD]))
+
+    @staticmethod
+    def _derive(secret: bytes | None, context: str, name: str) -> bytes:
+        return derive_password(secret, context, name) if secret else LEGACY_PASSWORD
 
 
 async def open_with_password(client, ledger_id: int, *, recovery: bool, passwords: tuple[bytes, ...]):
@@ -101,6 +115,15 @@ def parse_secret(value: str) -> bytes:
     if not secret:
         raise ValueError("the ledger password secret is empty")
     return secret
+
+
+async def stored_secret(store) -> bytes | None:
+    """The cluster's generated secret if a broker has made one (None otherwise)."""
+    try:
+        data, _ = await store.get(SECRET_PATH)
+    except NoNodeError:
+        return None
+    return data or None
 
 
 async def cluster_secret(store, token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> bytes:

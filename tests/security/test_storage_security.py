@@ -62,17 +62,23 @@ def test_derived_passwords_are_non_empty_stable_and_differ_per_ledger_name_conte
         derive_password(b"", "managed-ledger", "x")
 
 
-@pytest.mark.parametrize("secret, name, expected", [
-    (None, "t/ns/persistent/a", LEGACY_PASSWORD),  # no secret: the legacy empty password
-    (SECRET, "t/ns/persistent/a", derive_password(SECRET, "managed-ledger", "t/ns/persistent/a")),
+def _data(secret: bytes, name: str = "t/ns/persistent/a") -> bytes:
+    return derive_password(secret, "managed-ledger", name)
+
+
+@pytest.mark.parametrize("secret, previous, new_password, tried_on_open", [
+    (None, (), LEGACY_PASSWORD, (LEGACY_PASSWORD,)),  # no secret: the legacy empty password
+    (SECRET, (), _data(SECRET), (_data(SECRET), LEGACY_PASSWORD)),
+    (SECRET, (b"old",), _data(SECRET), (_data(SECRET), _data(b"old"), LEGACY_PASSWORD)),  # rotated
+    (SECRET, (SECRET, b"", b"old", b"old"), _data(SECRET), (_data(SECRET), _data(b"old"), LEGACY_PASSWORD)),
 ])
-def test_ledger_passwords_table(secret, name, expected):
-    passwords = LedgerPasswords(secret)
-    assert passwords.data_ledger(name) == expected
-    assert passwords.accepted(expected) == ((LEGACY_PASSWORD,) if expected == LEGACY_PASSWORD
-                                            else (expected, LEGACY_PASSWORD))
-    cursor = passwords.cursor_ledger(name, "sub")
-    assert (cursor == LEGACY_PASSWORD) == (secret is None) and (secret is None or cursor != expected)
+def test_ledger_passwords_table(secret, previous, new_password, tried_on_open):
+    passwords = LedgerPasswords(secret, previous)
+    assert passwords.data_ledger("t/ns/persistent/a") == new_password
+    assert passwords.accepted_data("t/ns/persistent/a") == tried_on_open
+    cursor = passwords.cursor_ledger("t/ns/persistent/a", "sub")
+    assert passwords.accepted_cursor("t/ns/persistent/a", "sub")[0] == cursor
+    assert (cursor == LEGACY_PASSWORD) == (secret is None) and (secret is None or cursor != new_password)
 
 
 def test_a_configured_secret_is_the_text_or_a_file_and_never_empty(tmp_path):
@@ -93,8 +99,27 @@ def test_broker_config_checks_the_secret():
 
     with pytest.raises(ValueError, match="empty"):
         BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="").validate()
-    config = BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="hidden").validate()
-    assert "hidden" not in repr(config)
+    with pytest.raises(ValueError, match="empty"):
+        BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_previous_secrets=("",)).validate()
+    config = BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="hidden",
+                          managed_ledger_password_previous_secrets=("older",)).validate()
+    assert "hidden" not in repr(config) and "older" not in repr(config)
+
+
+async def test_configuring_a_secret_after_running_with_the_generated_one_keeps_old_ledgers_openable():
+    from broker.config import BrokerConfig
+    from broker.service import _password_secrets
+
+    store = await open_store(f"memory://switch-{uuid.uuid4().hex[:12]}")
+    try:
+        default = BrokerConfig(metadata_store_url="memory://x")
+        generated, previous = await _password_secrets(default, store)
+        assert previous == () and generated == await cluster_secret(store)
+        configured = BrokerConfig(metadata_store_url="memory://x", managed_ledger_password_secret="chosen",
+                                  managed_ledger_password_previous_secrets=("older",))
+        assert await _password_secrets(configured, store) == (b"chosen", (b"older", generated))
+    finally:
+        await store.close()
 
 
 async def test_the_generated_cluster_secret_is_made_once_and_shared():
@@ -145,11 +170,23 @@ async def test_ledgers_written_with_the_empty_password_still_open_and_new_ones_g
         assert LEGACY_PASSWORD not in new.values()
         await after.close()
 
-        # A ledger under another password is not opened with the legacy fallback.
+        # Rotation: under a new secret the ledgers made under the old one open only while it is listed.
+        rotated = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers), password_secret=b"new secret")
+        with pytest.raises(WrongLedgerPasswordError):
+            await rotated.open(name, config)
+        await rotated.close()
+        rotated = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers), password_secret=b"new secret",
+                                       previous_password_secrets=(SECRET,))
+        ml = await rotated.open(name, config)
+        assert [e.data for e in await ml.cursors["sub"].read_entries(10)] == []  # all consumed, state restored
+        assert ml.password == LedgerPasswords(b"new secret").data_ledger(name)
+        assert ledgers.ledgers[ml.current_ledger_id].password == ml.password
+
+        # A ledger under a password of no known secret is not opened by any fallback.
         stranger = await MemoryLedgerClient(ledgers).create_ledger(1, 1, 1, password=b"someone else's")
         with pytest.raises(WrongLedgerPasswordError):
-            again = ManagedLedgerFactory(store, MemoryLedgerClient(ledgers), password_secret=SECRET)
-            await (await again.open(name, config)).open_ledger(stranger.ledger_id, recovery=False)
+            await ml.open_ledger(stranger.ledger_id, recovery=False)
+        await rotated.close()
     finally:
         await store.close()
 
