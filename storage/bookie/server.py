@@ -242,7 +242,8 @@ class BookieServer:
                 return await self._add(request)
             if type(request) is p.ReadRequest:
                 if request.fence:
-                    await self._check_first_key(request.ledger_id, request.master_key)
+                    if not self.bookie.knows_key(request.ledger_id):
+                        await self._check_first_key(request.ledger_id, request.master_key)
                     body = await self.bookie.fencing_read(request.ledger_id, request.entry_id, request.master_key)
                 else:
                     body = await self.bookie.read_entry(request.ledger_id, request.entry_id)
@@ -270,15 +271,15 @@ class BookieServer:
             raise BookieReadOnlyError(f"bookie {self.config.bookie_id} is read-only: {self.read_only_reason}")
         if not self.gate.allows(request.ledger_id, request.recovery):
             await self.gate.check(request.ledger_id, request.recovery)
-        await self._check_first_key(request.ledger_id, request.master_key)
+        if not self.bookie.knows_key(request.ledger_id):
+            await self._check_first_key(request.ledger_id, request.master_key)
         await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
                                     request.recovery)
         return p.AddResponse(request.rid, p.OK, request.ledger_id, request.entry_id)
 
     async def _check_first_key(self, ledger_id: int, key: bytes) -> None:
-        """Before the core has a key for this ledger, the one presented must be the metadata's."""
-        if self.bookie.knows_key(ledger_id):
-            return  # the core compares
+        """Before the core has a key for this ledger (once it has, the core compares), the one
+        presented must be the metadata's."""
         if not hmac.compare_digest(await self.gate.master_key(ledger_id), key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
 
