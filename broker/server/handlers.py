@@ -2,7 +2,7 @@
 
 Each handler takes the connection and the decoded frame. Synchronous checks
 raise BrokerError (the connection answers ERROR with the request id); the
-asynchronous part runs in ``conn.spawn(..., request_id)``, which does the same
+asynchronous part runs in ``conn.tasks.spawn(..., request_id)``, which does the same
 for errors raised later. The broker-side objects (topics, subscriptions,
 consumers) never see protobuf: handlers translate at this boundary.
 """
@@ -100,7 +100,7 @@ def on_partitioned_metadata(conn, frame) -> None:
         conn.write(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=pb.CommandPartitionedTopicMetadataResponse(
             request_id=c.request_id, partitions=partitions, response=pb.CommandPartitionedTopicMetadataResponse.Success))
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_lookup(conn, frame) -> None:
@@ -120,7 +120,7 @@ def on_lookup(conn, frame) -> None:
             request_id=c.request_id, brokerServiceUrl=broker.service_url, response=kind, authoritative=True,
             proxy_through_service_url=False))
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_get_topics_of_namespace(conn, frame) -> None:
@@ -132,7 +132,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_get_schema(conn, frame) -> None:
@@ -173,7 +173,7 @@ def on_producer(conn, frame) -> None:
             await wait
         _producer_success(conn, c.request_id, producer, topic)
 
-    conn.spawn(run(), c.request_id, close_when_not_ready=True)
+    conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
 def _producer_success(conn, request_id: int, producer: Producer, topic) -> None:
@@ -210,7 +210,7 @@ def on_send(conn, frame) -> None:
     producer, topic = binding.producer, binding.topic
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
     num_messages = c.num_messages if c.HasField("num_messages") else 1
-    conn.send_started()
+    conn.tasks.send_started()
 
     async def run():
         try:
@@ -218,16 +218,16 @@ def on_send(conn, frame) -> None:
         except BrokerError as exc:
             error(exc)
             if isinstance(exc, TopicFencedError):
-                conn.close_producer(c.producer_id)
+                conn.out.close_producer(c.producer_id)
             return
         finally:
-            conn.send_finished()
+            conn.tasks.send_finished()
         ledger_id, entry_id = (position if position != DUPLICATE else ((1 << 64) - 1, (1 << 64) - 1))
         conn.write(T.SEND_RECEIPT, send_receipt=pb.CommandSendReceipt(
             producer_id=c.producer_id, sequence_id=c.sequence_id, highest_sequence_id=highest,
             message_id=pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)))
 
-    conn.spawn(run())
+    conn.tasks.spawn(run())
 
 
 def on_close_producer(conn, frame) -> None:
@@ -235,7 +235,7 @@ def on_close_producer(conn, frame) -> None:
     binding = conn.producers.pop(c.producer_id, None)
     if binding is not None:
         binding.topic.remove_producer(binding.producer)
-    conn.send_success(c.request_id)
+    conn.out.success(c.request_id)
 
 
 # ---- consumers ---------------------------------------------------------------
@@ -280,9 +280,9 @@ def on_subscribe(conn, frame) -> None:
             await sub.remove_consumer(consumer)
             return
         conn.consumers[c.consumer_id] = ConsumerBinding(consumer, sub, topic)
-        conn.send_success(c.request_id)
+        conn.out.success(c.request_id)
 
-    conn.spawn(run(), c.request_id, close_when_not_ready=True)
+    conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
 def _binding(conn, consumer_id: int) -> ConsumerBinding:
@@ -321,7 +321,7 @@ def on_ack(conn, frame) -> None:
         if request_id is not None:
             conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(consumer_id=c.consumer_id, request_id=request_id))
 
-    conn.spawn(run())
+    conn.tasks.spawn(run())
 
 
 def on_redeliver(conn, frame) -> None:
@@ -330,7 +330,7 @@ def on_redeliver(conn, frame) -> None:
     if binding is None:
         return
     positions = [Position(m.ledgerId, m.entryId) for m in c.message_ids] or None
-    conn.spawn(binding.subscription.redeliver(binding.consumer, positions))
+    conn.tasks.spawn(binding.subscription.redeliver(binding.consumer, positions))
 
 
 def on_unsubscribe(conn, frame) -> None:
@@ -340,9 +340,9 @@ def on_unsubscribe(conn, frame) -> None:
     async def run():
         await binding.topic.unsubscribe(binding.subscription.name, binding.consumer)
         conn.consumers.pop(c.consumer_id, None)
-        conn.send_success(c.request_id)
+        conn.out.success(c.request_id)
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_close_consumer(conn, frame) -> None:
@@ -352,9 +352,9 @@ def on_close_consumer(conn, frame) -> None:
     async def run():
         if binding is not None:
             await binding.subscription.remove_consumer(binding.consumer)
-        conn.send_success(c.request_id)
+        conn.out.success(c.request_id)
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_seek(conn, frame) -> None:
@@ -376,9 +376,9 @@ def on_seek(conn, frame) -> None:
         else:
             raise NotAllowedError("SEEK needs a message id or a publish time")
         await sub.reset(position)  # closes this consumer too: the client subscribes again
-        conn.send_success(c.request_id)
+        conn.out.success(c.request_id)
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_get_last_message_id(conn, frame) -> None:
@@ -396,7 +396,7 @@ def on_get_last_message_id(conn, frame) -> None:
             consumer_mark_delete_position=pb.MessageIdData(ledgerId=md.ledger_id & ((1 << 64) - 1),
                                                            entryId=md.entry_id & ((1 << 64) - 1))))
 
-    conn.spawn(run(), c.request_id)
+    conn.tasks.spawn(run(), c.request_id)
 
 
 def on_consumer_stats(conn, frame) -> None:

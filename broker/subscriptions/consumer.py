@@ -68,7 +68,7 @@ class Consumer:
     def deliver(self, entries: list[DispatchedEntry]) -> None:
         """Send entries as MESSAGE commands, spend permits, remember them as pending acks."""
         for e in entries:
-            self.connection.send_message(self.consumer_id, e.position, e.data, e.redelivery_count, e.ack_set, self.partition_index)
+            self.connection.out.message(self.consumer_id, e.position, e.data, e.redelivery_count, e.ack_set, self.partition_index)
             self.permits -= e.messages_to_deliver
             self.msg_out += e.num_messages
             self.bytes_out += len(e.data)
@@ -90,5 +90,5 @@ class Consumer:
     def close(self, notify: bool = True) -> None:
         """The broker closes this consumer (topic unloaded, subscription reset): the client will resubscribe."""
         if notify:
-            self.connection.send_close_consumer(self.consumer_id)
-        self.connection.forget_consumer(self.consumer_id)
+            self.connection.out.close_consumer(self.consumer_id)
+        self.connection.consumers.pop(self.consumer_id, None)

@@ -198,7 +198,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             asyncio.get_running_loop().create_task(self._rewind())
         if self.failover and (changed or initial):
             for c in self.consumers:
-                c.connection.send_active_consumer_change(c.consumer_id, c is self.active)
+                c.connection.out.active_consumer_change(c.consumer_id, c is self.active)
 
     async def _rewind(self) -> None:
         self.cursor.rewind()

@@ -97,7 +97,7 @@ class PersistentTopic:
         if decision.verdict is Verdict.FENCE_OTHERS:
             for other in list(self.producers):
                 self.remove_producer(other)
-                other.connection.close_producer(other.producer_id)
+                other.connection.out.close_producer(other.producer_id)
         self._attach(producer, decision.new_epoch)
         return None
 
@@ -341,7 +341,7 @@ class PersistentTopic:
                 log.warning("topic %s closes with %d writes still in flight", self.name, self._publishing)
         for producer in list(self.producers):
             if notify:
-                producer.connection.close_producer(producer.producer_id)
+                producer.connection.out.close_producer(producer.producer_id)
         self.producers.clear()
         for _, fut in self._waiting_exclusive:
             if not fut.done():

@@ -48,7 +48,7 @@ async def _fail(exc):
 ])
 async def test_a_create_answered_not_ready_closes_the_connection_after_the_error(exc, closes):
     conn, transport = _connection()
-    await conn.spawn(_fail(exc), 7, close_when_not_ready=True)
+    await conn.tasks.spawn(_fail(exc), 7, close_when_not_ready=True)
     (frame,) = FrameDecoder(1 << 20).feed(transport.written)  # the error is written before the close
     assert frame.command.type == pb.BaseCommand.ERROR
     assert frame.command.error.request_id == 7 and frame.command.error.message == str(exc)
@@ -57,6 +57,6 @@ async def test_a_create_answered_not_ready_closes_the_connection_after_the_error
 
 async def test_other_commands_keep_the_connection_on_not_ready():
     conn, transport = _connection()
-    await conn.spawn(_fail(ServiceNotReadyError("not now")), 8)
+    await conn.tasks.spawn(_fail(ServiceNotReadyError("not now")), 8)
     assert FrameDecoder(1 << 20).feed(transport.written)[0].command.error.request_id == 8
     assert not transport.closed

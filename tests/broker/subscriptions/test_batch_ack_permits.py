@@ -10,8 +10,9 @@ from broker.subscriptions.consumer import Consumer, DispatchedEntry
 class Wire:
     def __init__(self):
         self.sent = []
+        self.out = self  # the consumer writes through connection.out
 
-    def send_message(self, consumer_id, position, data, redelivery_count, ack_set, partition):
+    def message(self, consumer_id, position, data, redelivery_count, ack_set, partition):
         self.sent.append((position, ack_set))
 
 

@@ -95,8 +95,9 @@ class Connection:
     def __init__(self, failures: int):
         self.failures = failures
         self.sent: list = []
+        self.out = self  # the consumer writes through connection.out
 
-    def send_message(self, consumer_id, position, data, redelivery_count, ack_set, partition) -> None:
+    def message(self, consumer_id, position, data, redelivery_count, ack_set, partition) -> None:
         if self.failures:
             self.failures -= 1
             raise RuntimeError("scripted failure while sending")
