@@ -7,6 +7,7 @@ upgrade path and the HTTP access decision are pure or in-memory.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 
 import aiohttp
@@ -40,7 +41,7 @@ from storage.managed_ledger.passwords import (
     parse_secret,
 )
 from storage.metadata import open_store, paths
-from storage.testing.processes import BookieProcess, BrokerProcess
+from storage.testing.processes import VENV_BIN, BookieProcess, BrokerProcess
 from storage.testing.waiting import wait_until_async
 from tests.bookie.support import Conn
 
@@ -270,6 +271,14 @@ async def _ledger_metadata(store, ml_name: str) -> list[LedgerMetadata]:
             for ledger in info.ledgers]
 
 
+async def _first_ledger(url: str, ml_name: str) -> int:
+    store = await open_store(url)
+    try:
+        return ManagedLedgerInfo.from_bytes((await store.get(ml_path(ml_name)))[0]).ledgers[0].ledger_id
+    finally:
+        await store.close()
+
+
 def test_broker_ledgers_have_distinct_derived_passwords_and_a_second_broker_takes_them_over(start_bookies, tmp_path):
     import pulsar
 
@@ -307,6 +316,14 @@ def test_broker_ledgers_have_distinct_derived_passwords_and_a_second_broker_take
     assert len(secret) == 32
     a, b = per_topic[0][0], per_topic[1][0]
     assert a and b and a != b and len(a) == 32
+
+    # The operator's shell reads a broker's ledger without knowing the secret (the password is in its metadata).
+    lid = asyncio.run(_first_ledger(cluster.metadata_url, parse_topic(topics[0]).managed_ledger_name))
+    shown = subprocess.run([str(VENV_BIN / "bookie"), "--log-level", "WARNING", "shell", "readledger", str(lid),
+                            "--no-recovery", "--metadata-store", cluster.metadata_url],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "entry 0: " in shown.stdout and "entries (LAC " in shown.stdout, shown.stdout  # up to the LAC: no fence
 
     # Failover: the owner dies; a second broker must fence and recover its ledgers with the same passwords.
     first.kill9()
