@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _common_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML file (keys are BrokerConfig field names, optionally under [broker])")
+    p.add_argument("--config", help="a Pulsar properties file (standalone.conf / broker.conf key names; .conf, .properties) "
+                   "or TOML (BrokerConfig field names, optionally under [broker]; .toml); see docs/configuration.md")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
     p.add_argument("--http-port", type=int, help="HTTP admin / metrics port (default 8080)")

@@ -10,15 +10,20 @@ E2/Qw2/Qa2 so every acknowledged message is on two zones.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
+from broker.ownership.listeners import AdvertisedListener, internal_listener, parse_listeners
+from broker.pulsar_conf import PulsarConfigError, file_format, load_pulsar_file, read_config_text
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
 from storage.managed_ledger.passwords import parse_secret
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -30,8 +35,8 @@ FRAME_PADDING = 10 * 1024
 class BrokerConfig:
     metadata_store_url: str
     host: str = "127.0.0.1"
-    port: int = 6650
-    http_port: int = 8080
+    port: int | None = 6650  # None = the plain Pulsar port is off (Pulsar's empty brokerServicePort): TLS only
+    http_port: int | None = 8080  # None = plain HTTP off (empty webServicePort)
     advertised_address: str | None = None  # host clients dial; default: host (or 127.0.0.1 when host is 0.0.0.0)
     cluster_name: str = "standalone"
 
@@ -47,6 +52,14 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
+    # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
+    max_num_messages_in_batch: int = 100_000
+    # Bounds on what clients hold (broker/server/limits.py); 0 = unlimited, as in Pulsar.
+    broker_max_connections: int = 0
+    broker_max_connections_per_ip: int = 0
+    max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -125,16 +138,35 @@ class BrokerConfig:
             object.__setattr__(self, "advertised_address", "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host)
 
     @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.advertised_address}:{self.port}"
+    def service_url(self) -> str | None:
+        return None if self.port is None else f"pulsar://{self.advertised_address}:{self.port}"
 
     @property
-    def web_service_url(self) -> str:
-        return f"http://{self.advertised_address}:{self.http_port}"
+    def web_service_url(self) -> str | None:
+        return None if self.http_port is None else f"http://{self.advertised_address}:{self.http_port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        return None if self.tls_port is None else f"pulsar+ssl://{self.advertised_address}:{self.tls_port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        return None if self.https_port is None else f"https://{self.advertised_address}:{self.https_port}"
 
     @property
     def broker_id(self) -> str:
-        return f"{self.advertised_address}:{self.port}"
+        return f"{self.advertised_address}:{self.port if self.port is not None else self.tls_port}"
+
+    @property
+    def listeners(self) -> tuple[AdvertisedListener, ...]:
+        """The parsed ``advertised_listeners`` (broker/ownership/listeners.py); () when unset."""
+        return parse_listeners(self.advertised_listeners, plain_port=self.port is not None,
+                               tls_port=self.tls_port is not None)
+
+    @property
+    def internal_listener(self) -> AdvertisedListener | None:
+        """The listener named by ``internal_listener_name``, else the first; None without listeners."""
+        return internal_listener(self.listeners, self.internal_listener_name)
 
     @property
     def max_frame_bytes(self) -> int:
@@ -184,10 +216,15 @@ class BrokerConfig:
 
     def validate(self) -> "BrokerConfig":
         """Cross-field checks. Returns self; raises ValueError naming the field."""
-        for name in ("port", "http_port"):
+        for name in ("port", "http_port", "tls_port", "https_port"):
             value = getattr(self, name)
-            if not 0 <= value < 65536:
+            if value is not None and not 0 <= value < 65536:
                 raise ValueError(f"{name} must be in 0..65535, got {value}")
+        if self.port is None and self.tls_port is None:
+            raise ValueError("port and tls_port are both off: the broker would serve no Pulsar port")
+        if self.http_port is None and self.https_port is None:
+            raise ValueError("http_port and https_port are both off: the broker would serve no HTTP port")
+        internal_listener(self.listeners, self.internal_listener_name)  # parses and checks both listener fields
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
@@ -210,6 +247,13 @@ class BrokerConfig:
             raise ValueError("load_balancer_namespace_maximum_bundles must be >= default_number_of_namespace_bundles")
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
+        for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.connection_timeout_s <= 0:
+            raise ValueError("connection_timeout_s must be > 0")
+        if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
+            raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
@@ -236,15 +280,34 @@ class BrokerConfig:
 
 
 def load_config(
-    toml_path: str | Path | None = None,
+    config_path: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> BrokerConfig:
-    """Defaults < TOML file (``[broker]`` table or top level) < MAGNETAR_BROKER_* env < overrides."""
-    return load_layered(
-        BrokerConfig, section="broker", env_prefix=ENV_PREFIX, toml_path=toml_path,
-        overrides=overrides, environ=environ, required=("metadata_store_url",),
-    )
+    """Defaults < config file < MAGNETAR_BROKER_* env < overrides. The file is TOML (field names, ``[broker]``
+    table or top level) or a Pulsar properties file (Pulsar's key names, broker/pulsar_conf.py), told apart by
+    extension or content. Pulsar keys Magnetar does not support are listed in one warning, not refused.
+    Raises ValueError (PulsarConfigError for a properties file) or OSError."""
+    if config_path is None:
+        return load_layered(BrokerConfig, section="broker", env_prefix=ENV_PREFIX, overrides=overrides,
+                            environ=environ, required=("metadata_store_url",))
+    text = read_config_text(config_path)
+    if file_format(config_path, text) == "toml":
+        return load_layered(BrokerConfig, section="broker", env_prefix=ENV_PREFIX, toml_path=config_path,
+                            overrides=overrides, environ=environ, required=("metadata_store_url",))
+    settings = load_pulsar_file(config_path, text)
+    ignored = [*settings.notes]
+    if settings.unknown:
+        ignored.insert(0, f"{len(settings.unknown)} Pulsar settings Magnetar does not support: {', '.join(settings.unknown)}")
+    if ignored:
+        log.warning("%s: ignored %s", config_path, "; ".join(ignored))
+    try:
+        return load_layered(BrokerConfig, section="broker", env_prefix=ENV_PREFIX, document=settings.values,
+                            overrides=overrides, environ=environ, required=("metadata_store_url",))
+    except PulsarConfigError:
+        raise
+    except ValueError as exc:
+        raise PulsarConfigError(f"{config_path}: {exc}") from exc
 
 
 def with_changes(config: BrokerConfig, **changes: Any) -> BrokerConfig:

@@ -48,6 +48,11 @@ class PersistenceError(BrokerError):
     """The topic's storage failed the operation."""
 
 
+@register(pb.AuthorizationError)
+class AuthorizationError(BrokerError):
+    """The role is not allowed to do this (authorization; HTTP 403)."""
+
+
 @register(pb.ConsumerBusy)
 class ConsumerBusyError(BrokerError):
     """The subscription does not accept another consumer."""

@@ -28,10 +28,13 @@ from broker.errors import (
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
+from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
+from broker.server.limits import ConnectionLimits, PublishBuffer
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -60,6 +63,8 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
+        self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
+        self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
@@ -70,6 +75,7 @@ class BrokerService:
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authorization = AuthorizationService(self)
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -87,8 +93,9 @@ class BrokerService:
         service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port,
                                                    start_serving=False)
         service.port = service._server.sockets[0].getsockname()[1]
+        await Clusters(store).ensure(config.cluster_name, service.cluster_data())
         service.ownership = Ownership(
-            store, BrokerInfo(f"{config.advertised_address}:{service.port}", service.service_url, config.web_service_url),
+            store, service.broker_info(),
             config.default_number_of_namespace_bundles, service._session_lost, load_source=service.load_report,
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
@@ -104,6 +111,25 @@ class BrokerService:
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    def cluster_data(self) -> ClusterData:
+        """This broker's URLs as its cluster's entry, made at start when the cluster has none (as Pulsar
+        standalone initialises its cluster metadata)."""
+        info = self.broker_info()
+        return ClusterData(info.web_service_url, info.web_service_url_tls, info.service_url, info.service_url_tls)
+
+    def broker_info(self) -> BrokerInfo:
+        """What this broker publishes about itself (registration, ownership nodes). With advertised listeners its
+        default URLs are the internal listener's, as in Pulsar: brokers and clients that name no listener use them."""
+        config = self.config
+        service_url, tls_url = (None if config.port is None else self.service_url), config.service_url_tls
+        web_url, https_url = config.web_service_url, config.web_service_url_tls
+        internal = config.internal_listener
+        if internal is not None:
+            service_url, tls_url = internal.service_url, internal.service_url_tls
+            web_url, https_url = internal.web_service_url or web_url, internal.web_service_url_tls or https_url
+        return BrokerInfo(f"{config.advertised_address}:{self.port}", service_url, web_url, tls_url, https_url,
+                          config.listeners)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -292,6 +318,7 @@ class BrokerService:
         look the topic up again), hand the bundles off at once, then drop the connections."""
         if self._server is not None:
             self._server.close()
+        self.authorization.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here

@@ -54,13 +54,20 @@ def load_layered(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     required: tuple[str, ...] = (),
+    document: Mapping[str, Any] | None = None,
 ) -> T:
     """Build ``cls`` from defaults < TOML < env < overrides and return ``instance.validate()``.
 
+    ``document`` stands in for the TOML file when the file was read another way (field names as keys; a value
+    of None sets the field to None, e.g. a listener turned off), such as the broker's Pulsar properties files.
     Raises ValueError on unknown keys, uncoercible values or a missing required field.
     """
     known = {f.name: f.type for f in fields(cls)}
     merged: dict[str, Any] = {}
+    for key, value in (document or {}).items():
+        if key not in known:
+            raise ValueError(f"unknown {section} config key {key!r}")
+        merged[key] = value
     if toml_path is not None:
         with open(toml_path, "rb") as fh:
             doc = tomllib.load(fh)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from broker.http import permissions
 from broker.http.admin import SERVICE, routes
+from broker.http.clusters import routes as cluster_routes
+
+
+def build_app(service) -> web.Application:
+    app = web.Application(middlewares=[_errors, permissions.authorize])
+    app[SERVICE] = service
+    app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
+    app.add_routes(routes)
+    app.add_routes(cluster_routes)
+    return app
 
 
 async def start_http(service, host: str, port: int) -> web.AppRunner:
-    app = web.Application(middlewares=[_errors])
-    app[SERVICE] = service
-    app.add_routes(routes)
+    app = build_app(service)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True).start()

@@ -4,7 +4,10 @@ Errors are JSON ``{"reason": ...}`` with Pulsar's status codes: 412 for an
 invalid name (or bundle range), 404 for something missing, 409 for a conflict,
 405 for an operation not allowed, 400 for a malformed body, 500 otherwise.
 A bundle operation sent to a broker that does not own the bundle is
-redirected (307) to its owner, as in Pulsar.
+redirected (307) to its owner, as in Pulsar. Each route declares with
+``@requires`` what its caller needs (broker/http/permissions.py enforces it:
+403 with the reason): superuser for tenants and broker-wide state, a tenant
+admin for a tenant's namespaces and topics, lookup permission for a lookup.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import json
 from aiohttp import web
 
 from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
+from broker.http.lookup import lookup_answer, lookup_redirect
 from broker.http.metrics import render_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
+from broker.security.authorization import Need, requires
 from broker.topics.names import parse_namespace, parse_topic
 from storage.managed_ledger import InitialPosition, Position
 
@@ -64,16 +69,19 @@ def _ns(request) -> NamespaceName:
 
 
 @routes.get("/health")
+@requires(Need.OPEN)
 async def health(request):
     return web.Response(text="OK")
 
 
 @routes.get("/admin/v2/brokers/health")
+@requires(Need.SUPERUSER)
 async def broker_health(request):
     return web.Response(text="ok")
 
 
 @routes.get("/metrics")
+@requires(Need.OPEN)
 async def metrics(request):
     return web.Response(body=render_metrics(_service(request)), headers={"Content-Type": "text/plain; version=0.0.4"})
 
@@ -82,6 +90,7 @@ async def metrics(request):
 
 
 @routes.get("/admin/v2/broker-stats/load-report")
+@requires(Need.SUPERUSER)
 async def load_report(request):
     """This broker's load report as published in ``/loadbalance/brokers/<id>`` (Pulsar's LocalBrokerData shape),
     with per-bundle stats under ``lastStats``; refreshed every ``load_report_interval_s``."""
@@ -89,6 +98,7 @@ async def load_report(request):
 
 
 @routes.get("/admin/v2/brokers/leaderBroker")
+@requires(Need.SUPERUSER)
 async def leader_broker(request):
     """The load-balancer leader, which runs load shedding (404 until one is elected)."""
     leader = await _service(request).load_manager.election.leader()
@@ -101,11 +111,13 @@ async def leader_broker(request):
 
 
 @routes.get("/admin/v2/tenants")
+@requires(Need.SUPERUSER)
 async def list_tenants(request):
     return web.json_response(await _service(request).resources.tenants())
 
 
 @routes.put("/admin/v2/tenants/{tenant}")
+@requires(Need.SUPERUSER)
 async def create_tenant(request):
     body = await _json(request, {}) or {}
     await _service(request).resources.create_tenant(request.match_info["tenant"], TenantInfo.from_json(body))
@@ -113,22 +125,26 @@ async def create_tenant(request):
 
 
 @routes.get("/admin/v2/tenants/{tenant}")
+@requires(Need.TENANT_ADMIN)
 async def get_tenant(request):
     return web.json_response((await _service(request).resources.get_tenant(request.match_info["tenant"])).to_json())
 
 
 @routes.delete("/admin/v2/tenants/{tenant}")
+@requires(Need.SUPERUSER)
 async def delete_tenant(request):
     await _service(request).resources.delete_tenant(request.match_info["tenant"])
     return web.Response(status=204)
 
 
 @routes.get("/admin/v2/namespaces/{tenant}")
+@requires(Need.TENANT_ADMIN)
 async def list_namespaces(request):
     return web.json_response(await _service(request).resources.namespaces(request.match_info["tenant"]))
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}")
+@requires(Need.TENANT_ADMIN)
 async def create_namespace(request):
     body = await _json(request, {}) or {}
     if not isinstance(body, dict):
@@ -142,6 +158,7 @@ async def create_namespace(request):
 
 
 @routes.get("/admin/v2/namespaces/{tenant}/{ns}")
+@requires(Need.TENANT_ADMIN)
 async def get_policies(request):
     return web.json_response((await _service(request).resources.get_policies(_ns(request))).to_json())
 
@@ -168,6 +185,7 @@ async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload")
+@requires(Need.SUPERUSER)
 async def unload_bundle(request):
     """Graceful unload of one bundle: its topics close and reload wherever lookup sends them. An unowned bundle
     is unloaded already (Pulsar answers the same)."""
@@ -178,6 +196,7 @@ async def unload_bundle(request):
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/split")
+@requires(Need.SUPERUSER)
 async def split_bundle(request):
     """Split a bundle this broker owns at its midpoint (``range_equally_divide``); its topics stay served here,
     or with ``?unload=true`` both halves are unloaded and placed afresh by the next lookups."""
@@ -194,6 +213,7 @@ async def split_bundle(request):
 
 
 @routes.get("/admin/v2/namespaces/{tenant}/{ns}/bundles")
+@requires(Need.TENANT_ADMIN)
 async def namespace_bundles(request):
     """Pulsar's BundlesData (``boundaries``, ``numBundles``), plus ``owned``: the bundles this broker owns."""
     service, ns = _service(request), _ns(request)
@@ -203,12 +223,14 @@ async def namespace_bundles(request):
 
 
 @routes.delete("/admin/v2/namespaces/{tenant}/{ns}")
+@requires(Need.TENANT_ADMIN)
 async def delete_namespace(request):
     await _service(request).resources.delete_namespace(_ns(request))
     return web.Response(status=204)
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/retention")
+@requires(Need.TENANT_ADMIN)
 async def set_retention(request):
     body = await _json(request)
     if not isinstance(body, dict):
@@ -220,6 +242,7 @@ async def set_retention(request):
 
 
 @routes.get("/admin/v2/namespaces/{tenant}/{ns}/retention")
+@requires(Need.TENANT_ADMIN)
 async def get_retention(request):
     p = await _service(request).resources.get_policies(_ns(request))
     return web.json_response({"retentionTimeInMinutes": p.retention_time_minutes or 0, "retentionSizeInMB": p.retention_size_mb or 0})
@@ -236,6 +259,7 @@ _NS_FLAGS = {
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/{policy}")
+@requires(Need.TENANT_ADMIN)
 async def set_policy(request):
     field, kind = _policy_field(request)
     value = await _json(request)
@@ -246,6 +270,7 @@ async def set_policy(request):
 
 
 @routes.get("/admin/v2/namespaces/{tenant}/{ns}/{policy}")
+@requires(Need.TENANT_ADMIN)
 async def get_policy(request):
     field, _ = _policy_field(request)
     return web.json_response(getattr(await _service(request).resources.get_policies(_ns(request)), field))
@@ -263,16 +288,19 @@ def _policy_field(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}")
+@requires(Need.TENANT_ADMIN)
 async def list_topics(request):
     return web.json_response([str(t) for t in await _service(request).resources.topics(_ns(request))])
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/partitioned")
+@requires(Need.TENANT_ADMIN)
 async def list_partitioned(request):
     return web.json_response([str(t) for t in await _service(request).resources.partitioned_topics(_ns(request))])
 
 
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
 async def create_partitioned(request):
     partitions = await _json(request)
     if not isinstance(partitions, int) or isinstance(partitions, bool):
@@ -285,6 +313,7 @@ async def create_partitioned(request):
 
 
 @routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
 async def update_partitioned(request):
     partitions = await _json(request)
     if not isinstance(partitions, int) or isinstance(partitions, bool):
@@ -294,11 +323,13 @@ async def update_partitioned(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
 async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
 
 
 @routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
 async def delete_partitioned(request):
     service, topic = _service(request), _topic(request)
     count = await service.resources.partition_count(topic)
@@ -312,12 +343,14 @@ async def delete_partitioned(request):
 
 
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}")
+@requires(Need.TENANT_ADMIN)
 async def create_topic(request):
     await _service(request).create_topic(_topic(request))
     return web.Response(status=204)
 
 
 @routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}")
+@requires(Need.TENANT_ADMIN)
 async def delete_topic(request):
     service, topic = _service(request), _topic(request)
     if not await service.factory.exists(topic.managed_ledger_name):
@@ -334,16 +367,19 @@ async def _loaded(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/stats")
+@requires(Need.TENANT_ADMIN)
 async def topic_stats(request):
     return web.json_response((await _loaded(request)).stats())
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats")
+@requires(Need.TENANT_ADMIN)
 async def internal_stats(request):
     return web.json_response((await _loaded(request)).internal_stats())
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/lastMessageId")
+@requires(Need.TENANT_ADMIN)
 async def last_message_id(request):
     """Pulsar's shape; an empty topic answers entryId -1."""
     topic = await _loaded(request)
@@ -353,6 +389,7 @@ async def last_message_id(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
+@requires(Need.TENANT_ADMIN)
 async def partitioned_stats(request):
     service, topic = _service(request), _topic(request)
     count = await service.resources.partition_count(topic)
@@ -366,6 +403,7 @@ async def partitioned_stats(request):
 
 
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")
+@requires(Need.TENANT_ADMIN)
 async def unload(request):
     await _service(request).unload_topic(_topic(request))
     return web.Response(status=204)
@@ -375,6 +413,7 @@ async def unload(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions")
+@requires(Need.TENANT_ADMIN)
 async def list_subscriptions(request):
     return web.json_response(sorted((await _loaded(request)).subscriptions))
 
@@ -388,6 +427,7 @@ def _message_id(body) -> Position | None:
 
 
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
+@requires(Need.TENANT_ADMIN)
 async def create_subscription(request):
     topic = await _service(request).get_topic(_topic(request), create=True)
     start = _message_id(await _json(request))
@@ -396,12 +436,14 @@ async def create_subscription(request):
 
 
 @routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
+@requires(Need.TENANT_ADMIN)
 async def delete_subscription(request):
     await (await _loaded(request)).unsubscribe(request.match_info["sub"])
     return web.Response(status=204)
 
 
 @routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}")
+@requires(Need.TENANT_ADMIN)
 async def reset_by_time(request):
     topic = await _loaded(request)
     sub = _subscription(topic, request.match_info["sub"])
@@ -410,6 +452,7 @@ async def reset_by_time(request):
 
 
 @routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor")
+@requires(Need.TENANT_ADMIN)
 async def reset_by_id(request):
     topic = await _loaded(request)
     sub = _subscription(topic, request.match_info["sub"])
@@ -431,12 +474,13 @@ def _subscription(topic, name):
 
 
 @routes.get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}")
+@requires(Need.LOOKUP)
 async def lookup(request):
     """The owner of the topic's bundle. An unowned bundle is redirected (307) to the broker placement chooses,
     asked with ``authoritative=true``, which takes the bundle and answers (Pulsar's shape)."""
     service = _service(request)
     broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
     if not owns:
-        raise web.HTTPTemporaryRedirect(f"{broker.web_service_url}{request.path}?authoritative=true")
-    return web.json_response({"brokerUrl": broker.service_url, "brokerUrlTls": "", "httpUrl": broker.web_service_url,
-                              "httpUrlTls": "", "nativeUrl": broker.service_url})
+        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener))
+    return web.json_response(lookup_answer(broker, listener))

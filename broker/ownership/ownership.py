@@ -46,6 +46,7 @@ from typing import Awaitable, Callable
 from broker.errors import BrokerMetadataError, ServiceNotReadyError, metadata_errors
 from broker.loadbalance.broker_choice import DEFAULT_WEIGHTS, LoadReport, PlacementWeights, choose_broker
 from broker.ownership.bundles import BundleRange, NamespaceBundles, bundle_name
+from broker.ownership.listeners import AdvertisedListener, listener_urls
 from broker.ownership.resources import ConflictError, NotFoundError, Resources
 from broker.ownership.takeover import OwnerEvidence, Verdict, takeover_verdict
 from magnetar.topic_name import NamespaceName, TopicName
@@ -61,23 +62,48 @@ MAX_ATTEMPTS = 5  # of an acquisition or split that keeps meeting concurrent bou
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A broker's addresses as it publishes them (registration and ownership nodes). ``service_url`` is None when
+    the plain Pulsar port is off (TLS only); ``listeners`` are its advertised listeners (broker/ownership/listeners.py),
+    so any broker can answer a lookup for this one under the listener name the client asked for."""
+
     broker_id: str
-    service_url: str
-    web_service_url: str
+    service_url: str | None
+    web_service_url: str | None
+    service_url_tls: str | None = None
+    web_service_url_tls: str | None = None
+    listeners: tuple[AdvertisedListener, ...] = ()
 
     def to_json(self) -> dict:
-        return {"brokerId": self.broker_id, "nativeUrl": self.service_url, "httpUrl": self.web_service_url}
+        doc = {"brokerId": self.broker_id, "nativeUrl": self.service_url, "httpUrl": self.web_service_url}
+        if self.service_url_tls:
+            doc["nativeUrlTls"] = self.service_url_tls
+        if self.web_service_url_tls:
+            doc["httpUrlTls"] = self.web_service_url_tls
+        if self.listeners:
+            doc["advertisedListeners"] = {listener.name: listener.to_json() for listener in self.listeners}
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict) -> "BrokerInfo":
-        return cls(doc["brokerId"], doc["nativeUrl"], doc["httpUrl"])
+        listeners = tuple(AdvertisedListener.from_json(name, value)
+                          for name, value in (doc.get("advertisedListeners") or {}).items())
+        return cls(doc["brokerId"], doc.get("nativeUrl"), doc.get("httpUrl"), doc.get("nativeUrlTls"),
+                   doc.get("httpUrlTls"), listeners)
+
+    def lookup_urls(self, listener_name: str | None = None) -> tuple[str | None, str | None]:
+        """(pulsar://, pulsar+ssl://) a lookup answers for this broker, under ``listener_name`` when the client
+        named one. Raises ServiceNotReadyError for a listener this broker does not have."""
+        return listener_urls({listener.name: listener for listener in self.listeners},
+                             (self.service_url, self.service_url_tls), listener_name, self.broker_id)
 
 
 async def may_be_alive(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
-    """False only with proof that ``broker``'s process is gone: every advertised port (Pulsar, then HTTP) refuses a
+    """False only with proof that ``broker``'s process is gone: every advertised port (Pulsar, then HTTP; plain and TLS) refuses a
     connection. Its ownership nodes live until its session expires. A port that accepts, a timeout or any other
     error proves nothing (a paused broker's kernel still accepts connections), so each counts as alive."""
-    for url in (broker.service_url, broker.web_service_url):
+    for url in (broker.service_url, broker.service_url_tls, broker.web_service_url, broker.web_service_url_tls):
+        if not url:
+            continue
         parts = urllib.parse.urlsplit(url)
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port), timeout_s)

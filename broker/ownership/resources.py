@@ -7,16 +7,24 @@ by the first split; until then the namespace has the default equal bundles), and
 ``/admin/partitioned-topics/<tenant>/<namespace>/persistent/<topic>`` the
 partition count of a partitioned topic. Documents are JSON in Pulsar's field
 names so admin tools recognise them. Every update is a conditional write on
-the node's version (a conflict is raised, never swallowed); brokers watch
-nothing here yet and re-read on use, which keeps several brokers consistent.
+the node's version (a conflict is raised, never swallowed); brokers re-read
+on use, which keeps several brokers consistent, except authorization, which
+caches tenants' admin roles and namespaces' ``auth_policies`` and watches
+their nodes (broker/security/authorization.py).
+
+Permissions live where Pulsar keeps them, in the namespace's policies:
+``auth_policies = {"namespace_auth": {role: [actions]}, "destination_auth":
+{topic: {role: [actions]}}, "subscription_auth_roles": {sub: [roles]}}``;
+actions are Pulsar's AuthAction names (``AUTH_ACTIONS``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+from typing import Callable
 
-from broker.errors import NotAllowedError, TopicNotFoundError, metadata_errors
+from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError, metadata_errors
 from broker.ownership.bundles import NamespaceBundles
 from broker.topics.names import check_segment
 from magnetar.topic_name import NamespaceName, TopicName, encode_local_name
@@ -28,6 +36,14 @@ LOCAL_POLICIES_ROOT = "/admin/local-policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
+# Pulsar's AuthAction values. Only produce and consume are checked here; the others are stored, as Pulsar's
+# functions/sources/sinks/packages workers would read them.
+AUTH_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+MAX_ROLE_CHARS = 256
+MAX_ROLES = 1000  # per tenant's adminRoles, per namespace's grants, per topic's grants
+MAX_TOPIC_GRANTS = 1000  # topics with grants of their own in one namespace
+_UPDATE_ATTEMPTS = 5  # conditional read-modify-write retries before a conflict is reported
+
 
 class ConflictError(NotAllowedError):
     """The resource already exists."""
@@ -37,6 +53,65 @@ class ConflictError(NotAllowedError):
 
 class NotFoundError(TopicNotFoundError):
     """The resource does not exist."""
+
+
+class InvalidPoliciesError(BrokerError):
+    """A permission, role or policy document is malformed (an unknown action, a role that is not a string)."""
+
+    http_status = 400
+
+
+def check_role(role) -> str:
+    if not isinstance(role, str) or not role or len(role) > MAX_ROLE_CHARS or not role.isprintable():
+        raise InvalidPoliciesError(f"a role must be a non-empty printable string of at most {MAX_ROLE_CHARS} "
+                                   f"characters, got {role!r}")
+    return role
+
+
+def parse_actions(actions) -> list[str]:
+    """The actions of a grant, sorted and without repeats; InvalidPoliciesError for anything but a JSON array of
+    Pulsar's action names."""
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise InvalidPoliciesError(f"actions must be a JSON array of strings from {list(AUTH_ACTIONS)}, got {actions!r}")
+    unknown = sorted(set(actions) - set(AUTH_ACTIONS))
+    if unknown:
+        raise InvalidPoliciesError(f"unknown action(s) {unknown}; actions are {list(AUTH_ACTIONS)}")
+    return sorted(set(actions))
+
+
+def _role_grants(doc, what: str) -> dict[str, list[str]]:
+    if not isinstance(doc, dict):
+        raise InvalidPoliciesError(f"{what} must be a JSON object {{role: [actions]}}, got {doc!r}")
+    if len(doc) > MAX_ROLES:
+        raise InvalidPoliciesError(f"{what} has {len(doc)} roles; at most {MAX_ROLES}")
+    return {check_role(role): parse_actions(actions) for role, actions in doc.items()}
+
+
+def normalize_auth_policies(doc) -> dict:
+    """Pulsar's ``auth_policies`` document, checked and in canonical form (all three keys present)."""
+    if not isinstance(doc, dict):
+        raise InvalidPoliciesError(f"auth_policies must be a JSON object, got {doc!r}")
+    unknown = sorted(set(doc) - {"namespace_auth", "destination_auth", "subscription_auth_roles"})
+    if unknown:
+        raise InvalidPoliciesError(f"unknown auth_policies field(s) {unknown}")
+    topics = doc.get("destination_auth") or {}
+    if not isinstance(topics, dict) or len(topics) > MAX_TOPIC_GRANTS:
+        raise InvalidPoliciesError(f"destination_auth must be a JSON object {{topic: {{role: [actions]}}}} of at most "
+                                   f"{MAX_TOPIC_GRANTS} topics")
+    subs = doc.get("subscription_auth_roles") or {}
+    if not isinstance(subs, dict) or len(subs) > MAX_TOPIC_GRANTS or not all(
+            isinstance(roles, list) and len(roles) <= MAX_ROLES for roles in subs.values()):
+        raise InvalidPoliciesError("subscription_auth_roles must be a JSON object {subscription: [roles]}")
+    return {
+        "namespace_auth": _role_grants(doc.get("namespace_auth") or {}, "namespace_auth"),
+        "destination_auth": {str(topic): _role_grants(grants, f"destination_auth[{topic!r}]")
+                             for topic, grants in topics.items()},
+        "subscription_auth_roles": {str(sub): sorted({check_role(r) for r in roles}) for sub, roles in subs.items()},
+    }
+
+
+def empty_auth_policies() -> dict:
+    return {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}
 
 
 @dataclass(frozen=True)
@@ -51,6 +126,7 @@ class NamespacePolicies:
     max_consumers_per_subscription: int | None = None
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
+    auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
 
     def to_json(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if v is not None and not k.startswith("retention")}
@@ -65,6 +141,8 @@ class NamespacePolicies:
     def from_json(cls, doc: dict) -> "NamespacePolicies":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in doc.items() if k in known}
+        if values.get("auth_policies") is not None:
+            values["auth_policies"] = normalize_auth_policies(values["auth_policies"])
         retention = doc.get("retention_policies")
         if retention:
             values["retention_time_minutes"] = int(retention.get("retentionTimeInMinutes", 0))
@@ -82,7 +160,14 @@ class TenantInfo:
 
     @classmethod
     def from_json(cls, doc: dict) -> "TenantInfo":
-        return cls(list(doc.get("adminRoles", [])), list(doc.get("allowedClusters", [])))
+        if not isinstance(doc, dict):
+            raise InvalidPoliciesError(f"tenant info must be a JSON object, got {doc!r}")
+        admins, clusters = doc.get("adminRoles") or [], doc.get("allowedClusters") or []
+        if not isinstance(admins, list) or len(admins) > MAX_ROLES:
+            raise InvalidPoliciesError(f"adminRoles must be a JSON array of at most {MAX_ROLES} roles, got {admins!r}")
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise InvalidPoliciesError(f"allowedClusters must be a JSON array of cluster names, got {clusters!r}")
+        return cls([check_role(r) for r in admins], list(clusters))
 
 
 def _dump(doc: dict) -> bytes:
@@ -106,6 +191,14 @@ class Resources:
 
     async def get_tenant(self, tenant: str) -> TenantInfo:
         return TenantInfo.from_json(await self._get(f"{POLICIES_ROOT}/{tenant}", f"tenant {tenant} does not exist"))
+
+    async def update_tenant(self, tenant: str, info: TenantInfo) -> None:
+        """Replace a tenant's info (its admin roles, allowed clusters); NotFoundError if it does not exist."""
+        with metadata_errors(f"updating tenant {tenant}"):
+            try:
+                await self.store.set(f"{POLICIES_ROOT}/{tenant}", _dump(info.to_json()))
+            except NoNodeError as exc:
+                raise NotFoundError(f"tenant {tenant} does not exist") from exc
 
     async def delete_tenant(self, tenant: str) -> None:
         if await self.namespaces(tenant):
@@ -152,6 +245,26 @@ class Resources:
             except NoNodeError as exc:
                 raise NotFoundError(f"namespace {ns} does not exist") from exc
         return updated
+
+    async def update_auth_policies(self, ns: NamespaceName, change: Callable[[dict], dict]) -> dict:
+        """Apply ``change`` (canonical auth_policies -> new ones) to the namespace's permissions, conditionally on
+        the version read; a concurrent writer makes it read and apply again (``_UPDATE_ATTEMPTS`` times, then
+        ConflictError). Returns the stored permissions."""
+        path = self._ns_path(ns)
+        for _ in range(_UPDATE_ATTEMPTS):
+            with metadata_errors(f"updating permissions of {ns}"):
+                try:
+                    data, stat = await self.store.get(path)
+                    doc = json.loads(data)
+                    current = normalize_auth_policies(doc.get("auth_policies") or empty_auth_policies())
+                    doc["auth_policies"] = normalize_auth_policies(change(current))
+                    await self.store.set(path, _dump(doc), stat.version)
+                    return doc["auth_policies"]
+                except NoNodeError as exc:
+                    raise NotFoundError(f"namespace {ns} does not exist") from exc
+                except BadVersionError:
+                    continue
+        raise ConflictError(f"the permissions of {ns} kept changing concurrently; retry")
 
     async def delete_namespace(self, ns: NamespaceName) -> None:
         if await self.topics(ns) or await self.partitioned_topics(ns):

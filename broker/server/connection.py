@@ -51,6 +51,8 @@ class ServerConnection(asyncio.Protocol):
         self.tasks = CommandTasks(self)
         self._keep_alive = KeepAliveTimer(self.session, ping=lambda: self.write(T.PING, ping=pb.CommandPing()),
                                           dead=self._peer_silent)
+        self._admitted = False
+        self._handshake_timer: asyncio.TimerHandle | None = None
 
     @property
     def connected(self) -> bool:
@@ -60,8 +62,14 @@ class ServerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        refusal = self.service.connection_limits.admit(self._ip)
+        if refusal is not None:
+            return self._drop(f"connection refused: {refusal}")
+        self._admitted = True
         self.service.connections.add(self)
         self._keep_alive.start()
+        self._handshake_timer = asyncio.get_running_loop().call_later(self.config.connection_timeout_s,
+                                                                      self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -85,7 +93,12 @@ class ServerConnection(asyncio.Protocol):
         self.session.close()
         self.service.connections.discard(self)
         self._keep_alive.cancel()
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
         self.tasks.cancel_all()
+        self.service.publish_buffer.forget(self)
+        if self._admitted:
+            self.service.connection_limits.release(self._ip)
         handlers.connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -109,7 +122,15 @@ class ServerConnection(asyncio.Protocol):
             self.session.close()
             self.transport.close()
 
-    def _drop(self, exc: Exception) -> None:
+    @property
+    def _ip(self) -> str:
+        return self.remote_address.rpartition(":")[0]
+
+    def _handshake_expired(self) -> None:
+        if self.session.state is not SessionState.CONNECTED:
+            self._drop(f"no completed CONNECT within {self.config.connection_timeout_s:g} s")
+
+    def _drop(self, exc: Exception | str) -> None:
         log.warning("closing %s: %s", self.remote_address, exc)
         self.close()
 

@@ -17,6 +17,7 @@ from broker.errors import (
     BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
+from broker.security.authorization import Need, check, effective_role
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
@@ -29,7 +30,9 @@ from storage.managed_ledger import InitialPosition, Position
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 MAX_PROTOCOL_VERSION = 20
-LATEST_LEDGER_ID = (1 << 63) - 1  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
+LATEST_LEDGER_ID = (1 << 63) - 1
+# Ours: the clients group at most 1,000 acks into one ACK (ackGroupingMaxSize); this bounds one frame's work.
+MAX_ACK_MESSAGE_IDS = 10_000  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
 _producer_names = itertools.count()
 
 
@@ -91,6 +94,7 @@ def on_partitioned_metadata(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             partitions = await conn.service.partitioned_metadata(topic)
         except BrokerError as exc:
             conn.write(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=pb.CommandPartitionedTopicMetadataResponse(
@@ -109,7 +113,11 @@ def on_lookup(conn, frame) -> None:
     async def run():
         try:
             topic = parse_topic(c.topic)
+            await check(conn.service, effective_role(conn), topic, Need.LOOKUP)
             broker, _ = await conn.service.lookup(topic, c.authoritative)
+            # The client's advertised listener picks which of the owner's addresses it is given (Pulsar's
+            # advertisedListeners); an unknown name fails the lookup with ServiceNotReady.
+            url, url_tls = broker.lookup_urls(c.advertised_listener_name if c.HasField("advertised_listener_name") else None)
         except BrokerError as exc:
             conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
                 request_id=c.request_id, response=pb.CommandLookupTopicResponse.Failed, error=exc.code, message=str(exc)))
@@ -117,8 +125,8 @@ def on_lookup(conn, frame) -> None:
         redirect = broker.broker_id != conn.service.ownership.me.broker_id
         kind = pb.CommandLookupTopicResponse.Redirect if redirect else pb.CommandLookupTopicResponse.Connect
         conn.write(T.LOOKUP_RESPONSE, lookupTopicResponse=pb.CommandLookupTopicResponse(
-            request_id=c.request_id, brokerServiceUrl=broker.service_url, response=kind, authoritative=True,
-            proxy_through_service_url=False))
+            request_id=c.request_id, brokerServiceUrl=url, brokerServiceUrlTls=url_tls, response=kind,
+            authoritative=True, proxy_through_service_url=False))
 
     conn.tasks.spawn(run(), c.request_id)
 
@@ -128,6 +136,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
 
     async def run():
         ns = parse_namespace(c.namespace)
+        await check(conn.service, effective_role(conn), ns, Need.NAMESPACE_LOOKUP)
         names = [str(t) for t in await conn.service.resources.topics(ns)]
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
@@ -160,6 +169,7 @@ def on_producer(conn, frame) -> None:
     producer = Producer(c.producer_id, name, conn, mode, user_provided_name=c.user_provided_producer_name)
 
     async def run():
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
@@ -167,6 +177,7 @@ def on_producer(conn, frame) -> None:
             conn.session.abandon(c.request_id)
             return
         conn.producers[c.producer_id] = ProducerBinding(producer, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         if wait is not None:
             conn.write(T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
                 request_id=c.request_id, producer_name=name, last_sequence_id=-1, producer_ready=False))
@@ -207,10 +218,15 @@ def on_send(conn, frame) -> None:
         error(NotAllowedError(
             f"message of {len(frame.payload)} bytes exceeds the maximum message size of {conn.config.max_message_size} bytes"))
         return
+    try:
+        num_messages = message_count(c, frame.metadata, len(frame.payload), conn.config.max_num_messages_in_batch)
+    except BrokerError as exc:
+        error(exc)
+        return
     producer, topic = binding.producer, binding.topic
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
-    num_messages = c.num_messages if c.HasField("num_messages") else 1
-    conn.tasks.send_started()
+    size = len(frame.headers_and_payload)
+    conn.tasks.send_started(size)
 
     async def run():
         try:
@@ -221,13 +237,28 @@ def on_send(conn, frame) -> None:
                 conn.out.close_producer(c.producer_id)
             return
         finally:
-            conn.tasks.send_finished()
+            conn.tasks.send_finished(size)
         ledger_id, entry_id = (position if position != DUPLICATE else ((1 << 64) - 1, (1 << 64) - 1))
         conn.write(T.SEND_RECEIPT, send_receipt=pb.CommandSendReceipt(
             producer_id=c.producer_id, sequence_id=c.sequence_id, highest_sequence_id=highest,
             message_id=pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)))
 
     conn.tasks.spawn(run())
+
+
+def message_count(send, metadata, payload_bytes: int, maximum: int) -> int:
+    """The messages a SEND carries. Both counts the producer declares (the command's and the batch metadata's)
+    must be at least 1 and at most the configured maximum and the payload's size (each message of a batch takes
+    at least a byte): a poison count would otherwise stall consumers' permits and unacked accounting."""
+    declared = (("num_messages", send.num_messages if send.HasField("num_messages") else 1),
+                ("num_messages_in_batch",
+                 metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1))
+    bound = min(maximum, max(payload_bytes, 1))
+    for field, value in declared:
+        if not 1 <= value <= bound:
+            raise NotAllowedError(f"{field} {value} is out of range: a message of {payload_bytes} bytes may carry "
+                                  f"1..{bound} messages (max_num_messages_in_batch {maximum})")
+    return declared[0][1]
 
 
 def on_close_producer(conn, frame) -> None:
@@ -273,6 +304,7 @@ def on_subscribe(conn, frame) -> None:
     )
 
     async def run():
+        checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
@@ -280,6 +312,7 @@ def on_subscribe(conn, frame) -> None:
             await sub.remove_consumer(consumer)
             return
         conn.consumers[c.consumer_id] = ConsumerBinding(consumer, sub, topic)
+        conn.service.authorization.admitted(topic, checked_at)
         conn.out.success(c.request_id)
 
     conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
@@ -302,9 +335,11 @@ def on_flow(conn, frame) -> None:
 def on_ack(conn, frame) -> None:
     c = frame.command.ack
     binding = _binding(conn, c.consumer_id)
-    ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
-    if not ids:
+    if not c.message_id:
         raise NotAllowedError("ACK without message ids")
+    if len(c.message_id) > MAX_ACK_MESSAGE_IDS:
+        raise NotAllowedError(f"ACK with {len(c.message_id)} message ids; at most {MAX_ACK_MESSAGE_IDS} per ACK")
+    ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
 

@@ -1,4 +1,5 @@
-"""The asynchronous parts of one connection's commands, and the read throttle on unanswered sends."""
+"""The asynchronous parts of one connection's commands, and the reasons its reading is paused (unanswered sends,
+the broker-wide publish buffer: broker.server.limits)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 # Pulsar's maxPendingPublishRequestsPerConnection: stop reading the socket beyond this many unanswered sends.
 MAX_PENDING_SENDS = 1000
+PENDING_SENDS = "unanswered sends"
 
 
 class CommandTasks:
     def __init__(self, conn):
         self.conn = conn
         self.pending_sends = 0
-        self._reading_paused = False
+        self._paused_for: set[str] = set()  # why reading is paused (PENDING_SENDS, limits.PUBLISH_BUFFER)
         self._tasks: set[asyncio.Task] = set()
 
     def spawn(self, coro, request_id: int | None = None, *, close_when_not_ready: bool = False) -> asyncio.Task:
@@ -59,15 +61,27 @@ class CommandTasks:
             if request_id is not None:
                 conn.out.error(request_id, BrokerError(f"{type(exc).__name__}: {exc}"))
 
-    def send_started(self) -> None:
+    def send_started(self, nbytes: int) -> None:
         self.pending_sends += 1
-        transport = self.conn.transport
-        if self.pending_sends >= MAX_PENDING_SENDS and not self._reading_paused and transport is not None:
-            self._reading_paused = True
-            transport.pause_reading()
+        self.conn.service.publish_buffer.add(self.conn, nbytes)
+        if self.pending_sends >= MAX_PENDING_SENDS:
+            self.pause_reading(PENDING_SENDS)
 
-    def send_finished(self) -> None:
+    def send_finished(self, nbytes: int) -> None:
         self.pending_sends -= 1
-        if self._reading_paused and self.pending_sends <= MAX_PENDING_SENDS // 2 and not self.conn.closed:
-            self._reading_paused = False
+        self.conn.service.publish_buffer.release(nbytes)
+        if self.pending_sends <= MAX_PENDING_SENDS // 2:
+            self.resume_reading(PENDING_SENDS)
+
+    def pause_reading(self, reason: str) -> None:
+        """Stop reading this connection's socket for ``reason``; it reads again once no reason is left."""
+        if not self._paused_for and self.conn.transport is not None and not self.conn.closed:
+            self.conn.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def resume_reading(self, reason: str) -> None:
+        if reason not in self._paused_for:
+            return
+        self._paused_for.discard(reason)
+        if not self._paused_for and not self.conn.closed:
             self.conn.transport.resume_reading()

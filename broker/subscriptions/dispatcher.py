@@ -36,12 +36,14 @@ log = logging.getLogger(__name__)
 def to_dispatched(entry, redelivery_count: int = 0, key_hash_of=None) -> DispatchedEntry | None:
     """A read entry with its message count (and key hash when asked); None when its bytes are unreadable."""
     try:
-        metadata, _, _ = parse_headers_and_payload(entry.data)
+        metadata, payload, _ = parse_headers_and_payload(entry.data)
     except Exception:
         log.error("entry %s is unreadable; it is skipped", entry.position)
         return None
     n = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
-    d = DispatchedEntry(tuple(entry.position), entry.data, max(n, 1), redelivery_count=redelivery_count)
+    # Stored before SEND checked the count: no batch holds more messages than it has bytes.
+    n = min(max(n, 1), max(len(payload), 1))
+    d = DispatchedEntry(tuple(entry.position), entry.data, n, redelivery_count=redelivery_count)
     d.metadata = metadata
     if key_hash_of is not None:
         d.key_hash = key_hash_of(metadata)

@@ -32,14 +32,23 @@ def bitset_to_longs(bits: list[int] | set[int], size: int) -> list[int]:
     return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
 
 
-def longs_to_bitset(words, size: int) -> set[int]:
-    out = set()
-    for wi, w in enumerate(words):
-        w &= (1 << 64) - 1
-        for b in range(64):
-            if w >> b & 1 and wi * 64 + b < size:
-                out.add(wi * 64 + b)
-    return out
+def longs_to_mask(words, size: int) -> int:
+    """The bits of a long-array bitset below ``size`` as one int (bit i = batch index i), in O(words)."""
+    mask = 0
+    for wi, w in enumerate(words[: (size + 63) // 64]):
+        mask |= (w & 0xFFFF_FFFF_FFFF_FFFF) << (64 * wi)
+    return mask & ((1 << size) - 1) if mask.bit_length() > size else mask
+
+
+def acked_indexes(mask: int, size: int):
+    """The batch indexes below ``size`` whose bit in ``mask`` (the still-unacknowledged ones) is clear, in
+    O(size / 8) -- a byte at a time, so a 100,000-message batch costs no more than its bitmap."""
+    raw = (~mask & ((1 << size) - 1)).to_bytes((size + 7) // 8, "little")
+    for bi, byte in enumerate(raw):
+        while byte:
+            low = byte & -byte
+            yield bi * 8 + low.bit_length() - 1
+            byte ^= low
 
 
 class Subscription:
@@ -132,15 +141,15 @@ class Subscription:
         persisted, whole = [], []
         for position, ack_set, batch_size in ids:
             if ack_set is not None:
-                # The official C++ client sends the bitset without the batch size: we know it from what we sent.
-                batch_size = batch_size or consumer.pending.batch_size(position) or 0
+                batch_size = self._batch_size(consumer, position, batch_size)
                 if batch_size <= 0:
                     continue  # we cannot tell which messages were meant: keep the entry (at-least-once)
-                remaining = longs_to_bitset(ack_set, batch_size)
+                remaining = longs_to_mask(ack_set, batch_size)
                 if remaining:
-                    acked = set(range(batch_size)) - remaining
-                    persisted.append(self.cursor.delete_batch_indexes(position, acked, batch_size))
-                    consumer.pending.ack_batch_indexes(position, acked)
+                    acked = ~remaining & ((1 << batch_size) - 1)
+                    persisted.append(self.cursor.delete_batch_mask(position, acked, batch_size))
+                    if consumer.pending.batch_size(position):  # tracked: batch_size is the one dispatched
+                        consumer.pending.ack_batch_indexes(position, acked_indexes(remaining, batch_size))
                     if self.cursor.is_deleted(position):
                         self._forget(consumer, position)
                     continue
@@ -152,14 +161,23 @@ class Subscription:
         for fut in persisted:
             await fut
 
+    def _batch_size(self, consumer: Consumer, position, claimed: int) -> int:
+        """The batch size an ack's bitset is read against: what the broker dispatched when it tracked the entry
+        (the official C++ client sends the bitset without one), else the client's claim, bounded like a
+        published batch's count -- a client cannot make the broker build a 2^31-message batch."""
+        known = consumer.pending.batch_size(position)
+        if known:
+            return known
+        return min(max(claimed, 0), self.topic.config.max_num_messages_in_batch)
+
     async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
         if ack_set is not None:
-            batch_size = batch_size or consumer.pending.batch_size(position) or 0
+            batch_size = self._batch_size(consumer, position, batch_size)
         partial = None
-        remaining = longs_to_bitset(ack_set, batch_size) if ack_set is not None and batch_size > 0 else set()
+        remaining = longs_to_mask(ack_set, batch_size) if ack_set is not None and batch_size > 0 else 0
         if remaining:
             # Part of this batch is acked: ack those indexes, and everything before the entry in full.
-            partial = self.cursor.delete_batch_indexes(position, set(range(batch_size)) - remaining, batch_size)
+            partial = self.cursor.delete_batch_mask(position, ~remaining & ((1 << batch_size) - 1), batch_size)
             position = Position(position.ledger_id, position.entry_id - 1) if position.entry_id > 0 else None
         if position is not None and position > self.cursor.mark_delete_position:
             await self.cursor.mark_delete(position)

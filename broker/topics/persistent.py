@@ -43,7 +43,9 @@ class PersistentTopic:
         self.ml = ml
         self.policies = policies
         self.config = service.config
-        self.producers: list[Producer] = []
+        # Insertion-ordered sets, so a connection creating thousands of producers costs O(1) per create and close.
+        self.producers: dict[Producer, None] = {}
+        self._producer_names: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.dedup = Deduplication()
         self.topic_epoch = 0
@@ -86,7 +88,7 @@ class PersistentTopic:
         limit = self.limit("max_producers_per_topic")
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError(f"topic {self.name} reached its limit of {limit} producers")
-        if producer.user_provided_name and any(p.name == producer.name for p in self.producers):
+        if producer.user_provided_name and producer.name in self._producer_names:
             raise ProducerBusyError(f"producer with name {producer.name!r} is already connected to topic {self.name}")
         decision = admit(producer.access_mode, self.producers, self.topic_epoch, requested_epoch)
         if decision.verdict is Verdict.WAIT:
@@ -106,11 +108,13 @@ class PersistentTopic:
             self.topic_epoch = new_epoch
             producer.epoch = new_epoch
         producer.ready = True
-        self.producers.append(producer)
+        self.producers[producer] = None
+        self._producer_names[producer.name] = producer
 
     def remove_producer(self, producer: Producer) -> None:
-        if producer in self.producers:
-            self.producers.remove(producer)
+        self.producers.pop(producer, None)
+        if self._producer_names.get(producer.name) is producer:
+            del self._producer_names[producer.name]
         self._waiting_exclusive = [(p, f) for p, f in self._waiting_exclusive if p is not producer]
         if not self.producers and self._waiting_exclusive:
             waiter, fut = self._waiting_exclusive.pop(0)
@@ -343,6 +347,7 @@ class PersistentTopic:
             if notify:
                 producer.connection.out.close_producer(producer.producer_id)
         self.producers.clear()
+        self._producer_names.clear()
         for _, fut in self._waiting_exclusive:
             if not fut.done():
                 fut.set_exception(TopicFencedError(f"topic {self.name} closed"))

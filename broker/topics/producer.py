@@ -17,6 +17,7 @@ as a pure function of the topic's producers; the topic applies its verdict.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from broker.errors import ProducerBusyError, ProducerFencedError
@@ -45,9 +46,13 @@ class Admission:
     new_epoch: int | None  # set when the grant is exclusive
 
 
-def admit(mode: AccessMode, existing: list["Producer"], topic_epoch: int, requested_epoch: int | None) -> Admission:
-    """Decide on a new producer. Raises ProducerBusyError / ProducerFencedError with the reason."""
-    exclusive_holder = next((p for p in existing if p.access_mode.exclusive), None)
+def admit(mode: AccessMode, existing: Collection["Producer"], topic_epoch: int, requested_epoch: int | None) -> Admission:
+    """Decide on a new producer, in O(1). Raises ProducerBusyError / ProducerFencedError with the reason.
+
+    An exclusive producer is always a topic's only one (it is admitted only alone, or fences the others, and a
+    shared one is refused beside it), so the first producer tells whether the topic has an exclusive holder."""
+    first = next(iter(existing), None)
+    exclusive_holder = first if first is not None and first.access_mode.exclusive else None
     if requested_epoch is not None and mode.exclusive and requested_epoch < topic_epoch:
         raise ProducerFencedError(f"producer epoch {requested_epoch} is older than the topic's epoch {topic_epoch}")
     if mode is AccessMode.Shared:
@@ -60,7 +65,7 @@ def admit(mode: AccessMode, existing: list["Producer"], topic_epoch: int, reques
         return Admission(Verdict.ADMIT, topic_epoch + 1)
     if mode is AccessMode.WaitForExclusive:
         return Admission(Verdict.WAIT, None)
-    holder = exclusive_holder or existing[0]
+    holder = exclusive_holder or first
     raise ProducerFencedError(f"topic already has producer {holder.name!r}; Exclusive access refused")
 
 

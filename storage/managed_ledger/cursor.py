@@ -216,15 +216,23 @@ class ManagedCursor:
 
     def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> asyncio.Future:
         """Ack single messages of a batch entry; the entry is consumed once all ``batch_size`` are."""
+        limit = min(batch_size, MAX_BATCH_INDEXES)
+        bits = bytearray((max(limit, 0) + 7) // 8)  # one bitmap built in place: setting bits on an int copies it
+        for i in acked_indexes:
+            if 0 <= i < limit:
+                bits[i >> 3] |= 1 << (i & 7)
+        return self.delete_batch_mask(position, int.from_bytes(bits, "little"), batch_size)
+
+    def delete_batch_mask(self, position, acked_mask: int, batch_size: int) -> asyncio.Future:
+        """The same with the acked indexes as the bits of one int (bit i = batch index i)."""
         self._check()
         position = Position(*position)
         if self.is_deleted(position) or not position <= self.ml.last_confirmed_entry or not self._exists(position):
             return self._persisted()
         limit = min(batch_size, MAX_BATCH_INDEXES)
-        acked = self.batch_deleted.get(position, 0)
-        for i in acked_indexes:
-            if 0 <= i < limit:
-                acked |= 1 << i
+        if acked_mask.bit_length() > limit:
+            acked_mask &= (1 << limit) - 1
+        acked = self.batch_deleted.get(position, 0) | acked_mask
         if acked.bit_count() >= batch_size:
             return self.delete([position])
         if acked:

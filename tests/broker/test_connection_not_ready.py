@@ -11,6 +11,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.errors import NotAllowedError, ServiceNotReadyError, TopicFencedError
 from broker.server.connection import ServerConnection
+from broker.server.limits import ConnectionLimits, PublishBuffer
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import FrameDecoder
 
@@ -31,7 +32,8 @@ class RecordingTransport:
 
 
 def _connection() -> tuple[ServerConnection, RecordingTransport]:
-    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set())
+    service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(),
+                              connection_limits=ConnectionLimits(), publish_buffer=PublishBuffer(0))
     conn, transport = ServerConnection(service), RecordingTransport()
     conn.connection_made(transport)
     return conn, transport

@@ -35,7 +35,7 @@ def test_broker_and_client_bind_the_same_codes_with_the_same_flags():
     (be.TopicTerminatedError, ce.TopicTerminated), (be.ProducerBusyError, ce.ProducerBusy),
     (be.InvalidTopicNameError, ce.InvalidTopicName), (be.IncompatibleSchemaError, ce.IncompatibleSchema),
     (be.ConsumerAssignError, ce.ConsumerAssignError), (be.NotAllowedError, ce.NotAllowed),
-    (be.ProducerFencedError, ce.ProducerFenced), (ConflictError, ce.NotAllowed), (NotFoundError, ce.TopicNotFound),
+    (be.ProducerFencedError, ce.ProducerFenced), (be.AuthorizationError, ce.AuthorizationError), (ConflictError, ce.NotAllowed), (NotFoundError, ce.TopicNotFound),
 ])
 def test_a_broker_error_reaches_the_client_as_its_class(broker_cls, client_cls):
     sent = broker_cls("why")
@@ -52,7 +52,7 @@ def test_broker_for_code_falls_back_to_broker_error_with_the_class_doc():
 
 @pytest.mark.parametrize("code, status", [
     (pb.InvalidTopicName, 412), (pb.TopicNotFound, 404), (pb.SubscriptionNotFound, 404), (pb.NotAllowedError, 405),
-    (pb.UnknownError, 500), (pb.MetadataError, 500), (pb.PersistenceError, 500), (pb.ServiceNotReady, 500),
+    (pb.AuthorizationError, 403), (pb.UnknownError, 500), (pb.MetadataError, 500), (pb.PersistenceError, 500), (pb.ServiceNotReady, 500),
 ])
 def test_http_status_of_the_codes_the_admin_rest_uses(code, status):
     assert SERVER_ERRORS[code].http_status == status

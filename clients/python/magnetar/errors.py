@@ -36,6 +36,11 @@ class BrokerPersistenceError(MagnetarError):
     result = Result.BrokerPersistenceError
 
 
+@_code(_pb.AuthorizationError)
+class AuthorizationError(MagnetarError):
+    result = Result.AuthorizationError
+
+
 @_code(_pb.ConsumerBusy)
 class ConsumerBusy(MagnetarError):
     result = Result.ConsumerBusy

@@ -1,0 +1,1 @@
+"""Authentication, authorization and TLS for the broker (docs/security.md)."""
