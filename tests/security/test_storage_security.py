@@ -551,6 +551,22 @@ def test_a_broker_writes_through_tls_bookies_with_the_bookkeeper_tls_settings(st
         broker.stop()
 
 
+def test_standalone_ignores_the_bookkeeper_tls_settings_its_plain_bookies_cannot_use(start_standalone, pki):
+    import pulsar
+
+    broker = start_standalone(env={"MAGNETAR_BROKER_BOOKKEEPER_TLS_TRUST_CERTS_FILE_PATH": pki["ca"]})
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        topic = f"persistent://public/default/standalone-tls-{uuid.uuid4().hex[:8]}"
+        consumer = client.subscribe(topic, "sub")
+        client.create_producer(topic).send(b"stored")
+        assert consumer.receive(30_000).data() == b"stored"
+    finally:
+        client.close()
+    assert "ignoring bookkeeper_tls_*" in broker.log_path.read_text()
+
+
 @pytest.mark.parametrize("changes, error", [
     ({"tls_certificate_path": "c.pem"}, "go together"),
     ({"tls_certificate_path": "c.pem", "tls_key_store": "k.pem"}, "tls_trust_store"),
