@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
+from broker.security.tls import check_config as check_tls_config
 from broker.ownership.listeners import AdvertisedListener, internal_listener, parse_listeners
 from broker.pulsar_conf import PulsarConfigError, file_format, load_pulsar_file, read_config_text
 from storage.config import load_layered
@@ -29,6 +30,7 @@ ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
+AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,14 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
     max_num_messages_in_batch: int = 100_000
     # Bounds on what clients hold (broker/server/limits.py); 0 = unlimited, as in Pulsar.
     broker_max_connections: int = 0
+    max_topics_per_namespace: int = 0  # partitions count as topics
+    max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
@@ -117,6 +122,10 @@ class BrokerConfig:
     token_auth_claim: str = "sub"  # Pulsar's tokenAuthClaim: the claim that names the role
     basic_auth_conf: str | None = None  # htpasswd file (path, file:// or data:)
     anonymous_user_role: str | None = None  # the role of a client that presents no credentials; None = refused
+    # Pulsar's authenticationRefreshCheckSeconds: how often a connection's credentials are checked for expiry
+    # (an expired token is challenged with AUTH_CHALLENGE; an unanswered challenge closes the connection).
+    authentication_refresh_check_s: float = 60.0
+    authenticate_metrics_endpoint: bool = False  # Pulsar's authenticateMetricsEndpoint: /metrics needs credentials
     authorization_enabled: bool = False
     super_user_roles: tuple[str, ...] = ()
     advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
@@ -225,6 +234,7 @@ class BrokerConfig:
         if self.http_port is None and self.https_port is None:
             raise ValueError("http_port and https_port are both off: the broker would serve no HTTP port")
         internal_listener(self.listeners, self.internal_listener_name)  # parses and checks both listener fields
+        check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
@@ -247,13 +257,16 @@ class BrokerConfig:
             raise ValueError("load_balancer_namespace_maximum_bundles must be >= default_number_of_namespace_bundles")
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
-        for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb"):
+        for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
+        if self.dispatcher_max_read_size_bytes < 1:
+            raise ValueError("dispatcher_max_read_size_bytes must be >= 1")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
@@ -264,6 +277,7 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        self._validate_authentication()
         if self.bookkeeper_tls_client_authentication and not (
                 self.bookkeeper_tls_trust_certs_file_path and self.bookkeeper_tls_certificate_file_path
                 and self.bookkeeper_tls_key_file_path):
@@ -277,6 +291,22 @@ class BrokerConfig:
         except ManagedLedgerConfigError as exc:
             raise ValueError(str(exc)) from exc
         return self
+
+    def _validate_authentication(self) -> None:
+        if self.authentication_refresh_check_s <= 0:
+            raise ValueError("authentication_refresh_check_s must be > 0")
+        unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
+        if unknown:
+            raise ValueError(f"authentication_providers: unknown provider(s) {unknown}; "
+                             f"known: {', '.join(AUTHENTICATION_PROVIDERS)}")
+        if not self.authentication_enabled:
+            return
+        if not self.authentication_providers:
+            raise ValueError("authentication_enabled needs at least one of authentication_providers")
+        if "token" in self.authentication_providers and not (self.token_secret_key or self.token_public_key):
+            raise ValueError("the token provider needs token_secret_key or token_public_key")
+        if "basic" in self.authentication_providers and not self.basic_auth_conf:
+            raise ValueError("the basic provider needs basic_auth_conf (an htpasswd file)")
 
 
 def load_config(

@@ -52,6 +52,17 @@ async def _json(request, default=None):
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
+MAX_INT_FIELD = 2**31 - 1  # Pulsar's policy fields are Java ints
+
+
+def _int_field(body: dict, name: str, *, minimum: int = 0, default: int = 0) -> int:
+    """An integer field of a JSON body, within minimum..MAX_INT_FIELD; BadRequest naming it otherwise."""
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT_FIELD:
+        raise BadRequest(f"{name} must be an integer in {minimum}..{MAX_INT_FIELD}, got {value!r}"[:300])
+    return value
+
+
 def _service(request):
     return request.app[SERVICE]
 
@@ -104,7 +115,7 @@ async def leader_broker(request):
     leader = await _service(request).load_manager.election.leader()
     if leader is None:
         raise NotFoundError("no load-balancer leader is elected yet")
-    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_service_url})
+    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_url(request.secure)})
 
 
 # ---- tenants and namespaces ---------------------------------------------------------
@@ -180,7 +191,7 @@ async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
     if owner is None:
         return None, bundle
     raise web.HTTPTemporaryRedirect(
-        f"{owner.web_service_url}{request.path_qs}", content_type="application/json",
+        f"{owner.web_url(request.secure)}{request.path_qs}", content_type="application/json",
         text=json.dumps({"reason": f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}"}))
 
 
@@ -236,8 +247,8 @@ async def set_retention(request):
     if not isinstance(body, dict):
         raise BadRequest('expected {"retentionTimeInMinutes": N, "retentionSizeInMB": N}')
     await _service(request).resources.update_policies(
-        _ns(request), retention_time_minutes=int(body.get("retentionTimeInMinutes", 0)),
-        retention_size_mb=int(body.get("retentionSizeInMB", 0)))
+        _ns(request), retention_time_minutes=_int_field(body, "retentionTimeInMinutes", minimum=-1),
+        retention_size_mb=_int_field(body, "retentionSizeInMB", minimum=-1))
     return web.Response(status=204)
 
 
@@ -265,6 +276,8 @@ async def set_policy(request):
     value = await _json(request)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(f"{request.match_info['policy']} expects a JSON {kind.__name__}")
+    if kind is int and not 0 <= value <= MAX_INT_FIELD:
+        raise BadRequest(f"{request.match_info['policy']} must be in 0..{MAX_INT_FIELD}, got {value}")
     await _service(request).resources.update_policies(_ns(request), **{field: value})
     return web.Response(status=204)
 
@@ -308,7 +321,7 @@ async def create_partitioned(request):
     service, topic = _service(request), _topic(request)
     if await service.factory.exists(topic.managed_ledger_name):
         raise ConflictError(f"a non-partitioned topic {topic} already exists")
-    await service.resources.create_partitioned_topic(topic, partitions)
+    await service.create_partitioned_topic(topic, partitions)
     return web.Response(status=204)
 
 
@@ -318,7 +331,7 @@ async def update_partitioned(request):
     partitions = await _json(request)
     if not isinstance(partitions, int) or isinstance(partitions, bool):
         raise BadRequest("the body must be the number of partitions")
-    await _service(request).resources.update_partitioned_topic(_topic(request), partitions)
+    await _service(request).create_partitioned_topic(_topic(request), partitions, update=True)
     return web.Response(status=204)
 
 
@@ -447,7 +460,10 @@ async def delete_subscription(request):
 async def reset_by_time(request):
     topic = await _loaded(request)
     sub = _subscription(topic, request.match_info["sub"])
-    await sub.reset(await topic.position_for_publish_time(int(request.match_info["timestamp"])))
+    timestamp = request.match_info["timestamp"]
+    if not timestamp.isdigit() or len(timestamp) > 19:
+        raise BadRequest(f"timestamp must be milliseconds since the epoch, got {timestamp[:40]!r}")
+    await sub.reset(await topic.position_for_publish_time(int(timestamp)))
     return web.Response(status=204)
 
 
@@ -482,5 +498,5 @@ async def lookup(request):
     broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
     listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
     if not owns:
-        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener))
+        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener, request.secure))
     return web.json_response(lookup_answer(broker, listener))
