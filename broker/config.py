@@ -22,6 +22,7 @@ from broker.ownership.listeners import AdvertisedListener, internal_listener, pa
 from broker.pulsar_conf import PulsarConfigError, file_format, load_pulsar_file, read_config_text
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
+from storage.managed_ledger.passwords import parse_secret
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,17 @@ class BrokerConfig:
     super_user_roles: tuple[str, ...] = ()
     advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
     internal_listener_name: str | None = None
+    # Every ledger's password is derived from this (storage/managed_ledger/passwords.py): the text itself or
+    # file:///path. None: a secret generated once and kept in the metadata store, shared by the cluster's brokers.
+    managed_ledger_password_secret: str | None = dataclasses.field(default=None, repr=False)
+    # Secrets ledgers were created under before (rotation): they still open. The generated one counts by itself.
+    managed_ledger_password_previous_secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    # TLS to the bookies (storage/tls.py), Pulsar's bookkeeperTLS* keys: the trust file turns it on; client
+    # authentication presents the certificate and key to bookies that require one.
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_client_authentication: bool = False
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.advertised_address is None:
@@ -182,6 +194,16 @@ class BrokerConfig:
             retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
             cache_size_mb=self.managed_ledger_cache_size_mb,
         ).validate()
+
+    def bookie_client_tls(self) -> dict:
+        """The ledger client's TLS fields (storage.client.config.ClientConfig) from the bookkeeperTLS* settings."""
+        if not self.bookkeeper_tls_trust_certs_file_path:
+            return {}
+        fields = {"tls_trust_certs_file_path": self.bookkeeper_tls_trust_certs_file_path}
+        if self.bookkeeper_tls_client_authentication:
+            fields.update(tls_certificate_file_path=self.bookkeeper_tls_certificate_file_path,
+                          tls_key_file_path=self.bookkeeper_tls_key_file_path)
+        return fields
 
     def split_thresholds(self) -> SplitThresholds:
         return SplitThresholds(
@@ -256,6 +278,14 @@ class BrokerConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         self._validate_authentication()
+        if self.bookkeeper_tls_client_authentication and not (
+                self.bookkeeper_tls_trust_certs_file_path and self.bookkeeper_tls_certificate_file_path
+                and self.bookkeeper_tls_key_file_path):
+            raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
+                             "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
+        for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
+            if secret is not None:
+                parse_secret(secret)  # empty, or an unreadable file
         try:
             self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
         except ManagedLedgerConfigError as exc:

@@ -249,6 +249,13 @@ PULSAR_KEYS: dict[str, Key] = {
     "managedLedgerMinLedgerRolloverTimeMinutes": Key("managed_ledger_min_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerMaxLedgerRolloverTimeMinutes": Key("managed_ledger_max_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerCacheSizeMB": Key("managed_ledger_cache_size_mb", _int),
+    # Pulsar's one password for every ledger; Magnetar derives each ledger's password from it (docs/security.md)
+    "managedLedgerPassword": Key("managed_ledger_password_secret", _text),
+    # -- TLS to the bookies (docs/security.md "Storage")
+    "bookkeeperTLSTrustCertsFilePath": Key("bookkeeper_tls_trust_certs_file_path", _text),
+    "bookkeeperTLSClientAuthentication": Key("bookkeeper_tls_client_authentication", _bool),
+    "bookkeeperTLSCertificateFilePath": Key("bookkeeper_tls_certificate_file_path", _text),
+    "bookkeeperTLSKeyFilePath": Key("bookkeeper_tls_key_file_path", _text),
     "defaultRetentionTimeInMinutes": Key("default_retention_time_s", _scaled(60, keep_negative=True)),
     "defaultRetentionSizeInMB": Key("default_retention_size_mb", _int),
     # -- load balancing

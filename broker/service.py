@@ -43,6 +43,7 @@ from storage.client import ClientConfig
 from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
+from storage.managed_ledger.passwords import cluster_secret, parse_secret, stored_secret
 from storage.metadata import MetadataStore, open_store
 from storage.shared_load import SharedLoads
 
@@ -89,8 +90,11 @@ class BrokerService:
         server_context(config)  # a certificate or key that cannot be loaded refuses the start before anything opens
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
-        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
-        factory = ManagedLedgerFactory(store, client)
+        password_secret, previous_secrets = await _password_secrets(config, store)
+        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes,
+                                                             **config.bookie_client_tls()))
+        factory = ManagedLedgerFactory(store, client, password_secret=password_secret,
+                                       previous_password_secrets=previous_secrets)
         service = cls(config, store, client, factory, owns_store=owns)
         service.authentication = authentication
         await service.resources.ensure_default_namespace(config.cluster_name)
@@ -394,6 +398,16 @@ class BrokerService:
                 await self.store.close()
         for server in self._servers:
             await server.wait_closed()
+
+
+async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple[bytes, tuple[bytes, ...]]:
+    """The secret new ledgers' passwords derive from (configured, or the cluster's generated one), and the
+    earlier secrets whose ledgers must still open (configured ones, and the generated one once replaced)."""
+    previous = tuple(parse_secret(s) for s in config.managed_ledger_password_previous_secrets)
+    if config.managed_ledger_password_secret is None:
+        return await cluster_secret(store), previous
+    generated = await stored_secret(store)
+    return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
 
 
 def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:

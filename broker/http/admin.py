@@ -336,7 +336,7 @@ async def update_partitioned(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
-@requires(Need.TENANT_ADMIN)
+@requires(Need.LOOKUP)  # Pulsar: the partitioned metadata is a lookup (clients on an http:// service URL call it)
 async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
 
