@@ -15,6 +15,7 @@ import argparse
 import importlib
 import json
 import sys
+import tempfile
 
 from loadtest.bench.report import write_json
 
@@ -49,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["only"] = tuple(name.strip() for name in args.only.split(",") if name.strip())
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
-    results = importlib.import_module(module).run(quick=args.quick, **kwargs)
+    # Every suite makes its data directories with tempfile: put them all in one scratch directory that goes when
+    # the run ends (a full run writes gigabytes; left behind, they once filled the disk under the test suite).
+    with tempfile.TemporaryDirectory(prefix="magnetar-bench-", ignore_cleanup_errors=True) as scratch:
+        tempfile.tempdir = scratch
+        try:
+            results = importlib.import_module(module).run(quick=args.quick, **kwargs)
+        finally:
+            tempfile.tempdir = None
     path = write_json(args.out or f"results/bench-{args.suite}.json", args.suite, results)
     print(f"\nJSON written to {path}")
     if args.report:

@@ -199,7 +199,8 @@ class _SqliteLog:
                 self._db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?)", upserts)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite ends it itself on some errors (a full disk, I/O)
+                    self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise MetadataError(f"cannot persist metadata change: {exc}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 def run_suite(suite: str, tmp_path, timeout_s: int, *extra: str):
     """``python -m loadtest.bench SUITE --quick``; asserts it exited 0 and returns (process, JSON document)."""
     out = tmp_path / f"{suite}.json"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     result = subprocess.run([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out), *extra],
-                            cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+                            cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+                            env={**os.environ, "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stderr[-2000:]
+    assert not list(scratch.iterdir()), "the suite left its data behind"
     return result, json.loads(out.read_text())
 
 
