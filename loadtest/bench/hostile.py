@@ -186,7 +186,8 @@ def told(name: str, r: dict) -> str:
         if not r["closed_by_broker"]:
             return f"nothing: {r['still_open_at_end']} of {r['opened']} still open"
         return (f"closed after {r['closed_after_s_min']:.1f}-{r['closed_after_s_max']:.1f} s "
-                f"({r['closed_by_broker']} of {r['opened']}; {r['still_open_at_end']} open at the end)")
+                f"({r['closed_by_broker']} of {r['opened']} opened in {r['open_s']:.1f} s; "
+                f"{r['still_open_at_end']} open at the end)")
     parts = [f"{kind} x{count}" for kind, count in sorted(r["replies"].items(), key=lambda kv: -kv[1])]
     if r.get("closed_by_broker_after_s") is not None:
         parts.append(f"closed after {r['closed_by_broker_after_s']:.1f} s")
