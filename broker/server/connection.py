@@ -33,7 +33,7 @@ from magnetar.protocol.session import PulsarSession, Role, SessionState
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 FRAMES_PER_TURN = 100
-TURN_TAKEN = "frames left for the next turn"
+FRAMES_WAITING = "frames read and not yet handled"
 
 
 class ServerConnection(asyncio.Protocol):
@@ -83,9 +83,13 @@ class ServerConnection(asyncio.Protocol):
     def handle_frames(self) -> None:
         """Handle what has arrived, at most FRAMES_PER_TURN frames per turn of the event loop: one read can hold
         thousands of small frames, and a client sending them back to back must not hold the loop (every other
-        client's turn) for all of them. Reading pauses until the rest is handled."""
+        client's turn) for all of them. Reading pauses until every frame read is handled."""
         for _ in range(FRAMES_PER_TURN):
-            if self.closed or self.tasks.holding_frames:
+            if self.closed:
+                return
+            if self.tasks.holding_frames:
+                # Nothing more is read while frames already read wait: the session would queue them unbounded.
+                self.tasks.pause_reading(FRAMES_WAITING)
                 return
             try:
                 frame = self.session.next_event()
@@ -95,10 +99,10 @@ class ServerConnection(asyncio.Protocol):
                 dispatch.refuse(self, exc)
                 continue
             if frame is None:
-                self.tasks.resume_reading(TURN_TAKEN)
+                self.tasks.resume_reading(FRAMES_WAITING)
                 return
             dispatch.handle(self, frame)
-        self.tasks.pause_reading(TURN_TAKEN)
+        self.tasks.pause_reading(FRAMES_WAITING)
         asyncio.get_running_loop().call_soon(self.handle_frames)
 
     def connection_lost(self, exc) -> None:
