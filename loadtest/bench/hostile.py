@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import resource
+import shutil
 import statistics
 import tempfile
 import threading
@@ -250,6 +251,7 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> 
         rss.stop()
         survived = broker.alive
         broker.stop()
+        shutil.rmtree(root, ignore_errors=True)  # the 5 MiB attack alone writes gigabytes
     return _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes)
 
 
