@@ -17,11 +17,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
 
-# ZooKeeper (the real-ZooKeeper test tier) and nats-server (the peer in `bench peers`) from Debian packages.
+# ZooKeeper (the real-ZooKeeper test tier) and nats-server (the peer in `bench peers`) from Debian packages;
+# openssl writes the htpasswd lines the authentication tests check (an implementation independent of ours).
 zookeeper:
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || missing="$$missing nats-server"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

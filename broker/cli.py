@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
+from broker.security import tokens_cli
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name")
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
+    tokens_cli.add_parser(commands)
     return parser
 
 
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_REFUSED
+    if args.command == "tokens":
+        return tokens_cli.run(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     flags = {k: getattr(args, k, None) for k in FLAG_FIELDS}
     try:
@@ -82,7 +86,7 @@ def _use_uvloop() -> None:
 
 async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None) -> int:
     from broker.errors import BrokerError
-    from broker.http import start_http
+    from broker.http import listening_ports, start_http
     from broker.service import BrokerService
     from broker.standalone import Standalone
     from storage.errors import StorageError
@@ -100,8 +104,8 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
             broker = standalone.broker
         else:
             broker = await BrokerService.start(config)
-        http = await start_http(broker, config.host, config.http_port)
-        http_port = http.addresses[0][1] if http.addresses else config.http_port
+        http = await start_http(broker, config.host, config.http_port, config.https_port)
+        http_port, https_port = listening_ports(http)
     except (BrokerError, StorageError, OSError, ValueError) as exc:
         print(f"broker: refusing to start: {exc}", file=sys.stderr, flush=True)
         if standalone is not None:
@@ -110,8 +114,8 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
             await broker.close()
         return EXIT_REFUSED
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
-    print(f"broker {config.broker_id} ready ({broker.service_url}, http://{config.advertised_address}:{http_port}; {mode})",
-          flush=True)
+    print(f"broker {config.broker_id} ready ({ready_urls(config.advertised_address, broker, http_port, https_port)}; "
+          f"{mode})", flush=True)
     await stop.wait()
     print("broker: shutting down", flush=True)
     await http.cleanup()
@@ -120,6 +124,13 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     else:
         await broker.close()
     return 0
+
+
+def ready_urls(address: str, broker, http_port: int | None, https_port: int | None) -> str:
+    """The listeners of the ready line, as bound: plain first (the order scripts have always read), then TLS."""
+    urls = [broker.service_url, f"http://{address}:{http_port}" if http_port is not None else "",
+            broker.service_url_tls, f"https://{address}:{https_port}" if https_port is not None else ""]
+    return ", ".join(url for url in urls if url)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,12 @@ from typing import Any, Mapping
 
 from broker.loadbalance.auto_split import SplitThresholds
 from broker.loadbalance.load_shedding import SheddingPolicy
+from broker.security.tls import check_config as check_tls_config
 from broker.ownership.listeners import AdvertisedListener, internal_listener, parse_listeners
 from broker.pulsar_conf import PulsarConfigError, file_format, load_pulsar_file, read_config_text
 from storage.config import load_layered
 from storage.managed_ledger import ManagedLedgerConfig, ManagedLedgerConfigError
+from storage.managed_ledger.passwords import parse_secret
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ ENV_PREFIX = "MAGNETAR_BROKER_"
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
+AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
     max_num_messages_in_batch: int = 100_000
@@ -118,10 +122,25 @@ class BrokerConfig:
     token_auth_claim: str = "sub"  # Pulsar's tokenAuthClaim: the claim that names the role
     basic_auth_conf: str | None = None  # htpasswd file (path, file:// or data:)
     anonymous_user_role: str | None = None  # the role of a client that presents no credentials; None = refused
+    # Pulsar's authenticationRefreshCheckSeconds: how often a connection's credentials are checked for expiry
+    # (an expired token is challenged with AUTH_CHALLENGE; an unanswered challenge closes the connection).
+    authentication_refresh_check_s: float = 60.0
+    authenticate_metrics_endpoint: bool = False  # Pulsar's authenticateMetricsEndpoint: /metrics needs credentials
     authorization_enabled: bool = False
     super_user_roles: tuple[str, ...] = ()
     advertised_listeners: str | None = None  # "internal:pulsar://h:6650,internal:pulsar+ssl://h:6651,external:..."
     internal_listener_name: str | None = None
+    # Every ledger's password is derived from this (storage/managed_ledger/passwords.py): the text itself or
+    # file:///path. None: a secret generated once and kept in the metadata store, shared by the cluster's brokers.
+    managed_ledger_password_secret: str | None = dataclasses.field(default=None, repr=False)
+    # Secrets ledgers were created under before (rotation): they still open. The generated one counts by itself.
+    managed_ledger_password_previous_secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    # TLS to the bookies (storage/tls.py), Pulsar's bookkeeperTLS* keys: the trust file turns it on; client
+    # authentication presents the certificate and key to bookies that require one.
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_client_authentication: bool = False
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.advertised_address is None:
@@ -176,6 +195,16 @@ class BrokerConfig:
             cache_size_mb=self.managed_ledger_cache_size_mb,
         ).validate()
 
+    def bookie_client_tls(self) -> dict:
+        """The ledger client's TLS fields (storage.client.config.ClientConfig) from the bookkeeperTLS* settings."""
+        if not self.bookkeeper_tls_trust_certs_file_path:
+            return {}
+        fields = {"tls_trust_certs_file_path": self.bookkeeper_tls_trust_certs_file_path}
+        if self.bookkeeper_tls_client_authentication:
+            fields.update(tls_certificate_file_path=self.bookkeeper_tls_certificate_file_path,
+                          tls_key_file_path=self.bookkeeper_tls_key_file_path)
+        return fields
+
     def split_thresholds(self) -> SplitThresholds:
         return SplitThresholds(
             max_topics=self.load_balancer_namespace_bundle_max_topics,
@@ -205,6 +234,7 @@ class BrokerConfig:
         if self.http_port is None and self.https_port is None:
             raise ValueError("http_port and https_port are both off: the broker would serve no HTTP port")
         internal_listener(self.listeners, self.internal_listener_name)  # parses and checks both listener fields
+        check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
@@ -235,6 +265,8 @@ class BrokerConfig:
             raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
+        if self.dispatcher_max_read_size_bytes < 1:
+            raise ValueError("dispatcher_max_read_size_bytes must be >= 1")
         if self.dispatcher_max_read_batch_size < 1:
             raise ValueError("dispatcher_max_read_batch_size must be >= 1")
         for name in ("key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
@@ -245,11 +277,36 @@ class BrokerConfig:
                      "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        self._validate_authentication()
+        if self.bookkeeper_tls_client_authentication and not (
+                self.bookkeeper_tls_trust_certs_file_path and self.bookkeeper_tls_certificate_file_path
+                and self.bookkeeper_tls_key_file_path):
+            raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
+                             "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
+        for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
+            if secret is not None:
+                parse_secret(secret)  # empty, or an unreadable file
         try:
             self.managed_ledger_config()  # its own checks (quorums, rollover, retention)
         except ManagedLedgerConfigError as exc:
             raise ValueError(str(exc)) from exc
         return self
+
+    def _validate_authentication(self) -> None:
+        if self.authentication_refresh_check_s <= 0:
+            raise ValueError("authentication_refresh_check_s must be > 0")
+        unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
+        if unknown:
+            raise ValueError(f"authentication_providers: unknown provider(s) {unknown}; "
+                             f"known: {', '.join(AUTHENTICATION_PROVIDERS)}")
+        if not self.authentication_enabled:
+            return
+        if not self.authentication_providers:
+            raise ValueError("authentication_enabled needs at least one of authentication_providers")
+        if "token" in self.authentication_providers and not (self.token_secret_key or self.token_public_key):
+            raise ValueError("the token provider needs token_secret_key or token_public_key")
+        if "basic" in self.authentication_providers and not self.basic_auth_conf:
+            raise ValueError("the basic provider needs basic_auth_conf (an htpasswd file)")
 
 
 def load_config(

@@ -48,6 +48,11 @@ class PersistenceError(BrokerError):
     """The topic's storage failed the operation."""
 
 
+@register(pb.AuthenticationError)
+class AuthenticationError(BrokerError):
+    """The client's credentials are missing, malformed or not accepted."""
+
+
 @register(pb.AuthorizationError)
 class AuthorizationError(BrokerError):
     """The role is not allowed to do this (authorization; HTTP 403)."""

@@ -210,6 +210,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "tokenAuthClaim": Key("token_auth_claim", _text),
     "basicAuthConf": Key("basic_auth_conf", _text),
     "anonymousUserRole": Key("anonymous_user_role", _text),
+    "authenticationRefreshCheckSeconds": Key("authentication_refresh_check_s", _float),
+    "authenticateMetricsEndpoint": Key("authenticate_metrics_endpoint", _bool),
     "authorizationEnabled": Key("authorization_enabled", _bool),
     "superUserRoles": Key("super_user_roles", _list),
     # -- topics, producers, consumers
@@ -229,6 +231,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "maxUnackedMessagesPerConsumer": Key("max_unacked_messages_per_consumer", _int),
     "maxUnackedMessagesPerSubscription": Key("max_unacked_messages_per_subscription", _int),
     "dispatcherMaxReadBatchSize": Key("dispatcher_max_read_batch_size", _int),
+    "dispatcherMaxReadSizeBytes": Key("dispatcher_max_read_size_bytes", _int),
     "brokerDeduplicationEnabled": Key("deduplication_enabled", _bool),
     "delayedDeliveryEnabled": Key("delayed_delivery_enabled", _bool),
     "subscriptionKeySharedConsistentHashingReplicaPoints": Key("subscription_key_shared_consistent_hashing_points", _int),
@@ -246,6 +249,13 @@ PULSAR_KEYS: dict[str, Key] = {
     "managedLedgerMinLedgerRolloverTimeMinutes": Key("managed_ledger_min_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerMaxLedgerRolloverTimeMinutes": Key("managed_ledger_max_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerCacheSizeMB": Key("managed_ledger_cache_size_mb", _int),
+    # Pulsar's one password for every ledger; Magnetar derives each ledger's password from it (docs/security.md)
+    "managedLedgerPassword": Key("managed_ledger_password_secret", _text),
+    # -- TLS to the bookies (docs/security.md "Storage")
+    "bookkeeperTLSTrustCertsFilePath": Key("bookkeeper_tls_trust_certs_file_path", _text),
+    "bookkeeperTLSClientAuthentication": Key("bookkeeper_tls_client_authentication", _bool),
+    "bookkeeperTLSCertificateFilePath": Key("bookkeeper_tls_certificate_file_path", _text),
+    "bookkeeperTLSKeyFilePath": Key("bookkeeper_tls_key_file_path", _text),
     "defaultRetentionTimeInMinutes": Key("default_retention_time_s", _scaled(60, keep_negative=True)),
     "defaultRetentionSizeInMB": Key("default_retention_size_mb", _int),
     # -- load balancing

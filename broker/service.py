@@ -32,6 +32,8 @@ from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.security.authentication import AuthenticationService
+from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
@@ -41,6 +43,7 @@ from storage.client import ClientConfig
 from storage.client.api import LedgerClient
 from storage.errors import MetadataError, StorageError
 from storage.managed_ledger import ManagedLedgerFactory
+from storage.managed_ledger.passwords import cluster_secret, parse_secret, stored_secret
 from storage.metadata import MetadataStore, open_store
 from storage.shared_load import SharedLoads
 
@@ -68,27 +71,34 @@ class BrokerService:
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
         self.port = config.port
+        self.tls_port = config.tls_port
+        self.ssl_context = server_context(config)  # shared by pulsar+ssl:// and https; bad files fail here
+        self._servers: list[asyncio.AbstractServer] = []
         self.ownership: Ownership | None = None
         self._load_sampler = LoadSampler()
         self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
         self.load_manager: LoadManager | None = None
+        self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
         self.authorization = AuthorizationService(self)
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
+        authentication = AuthenticationService.from_config(config)  # reads keys first: a bad one stops the start
         owns = store is None
+        server_context(config)  # a certificate or key that cannot be loaded refuses the start before anything opens
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
-        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes))
-        factory = ManagedLedgerFactory(store, client)
+        password_secret, previous_secrets = await _password_secrets(config, store)
+        client = await LedgerClient.open(store, ClientConfig(max_entry_bytes=config.max_frame_bytes,
+                                                             **config.bookie_client_tls()))
+        factory = ManagedLedgerFactory(store, client, password_secret=password_secret,
+                                       previous_password_secrets=previous_secrets)
         service = cls(config, store, client, factory, owns_store=owns)
+        service.authentication = authentication
         await service.resources.ensure_default_namespace(config.cluster_name)
-        loop = asyncio.get_running_loop()
-        service._server = await loop.create_server(lambda: ServerConnection(service), config.host, config.port,
-                                                   start_serving=False)
-        service.port = service._server.sockets[0].getsockname()[1]
+        await service._listen()
         await Clusters(store).ensure(config.cluster_name, service.cluster_data())
         service.ownership = Ownership(
             store, service.broker_info(),
@@ -96,17 +106,38 @@ class BrokerService:
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
         await service.ownership.register()
-        await service._server.start_serving()
+        for server in service._servers:
+            await server.start_serving()
         service.spawn(service._maintain())
         service.spawn(service._report_load())
         service.load_manager = LoadManager(service)
         service.load_manager.start()
-        log.info("broker serving the Pulsar protocol on %s:%d", config.host, service.port)
+        log.info("broker serving the Pulsar protocol on %s (%s)", config.host,
+                 ", ".join(filter(None, (service.service_url, service.service_url_tls))))
         return service
 
+    async def _listen(self) -> None:
+        """Bind the plain and the TLS listener (each when configured); port 0 picks a free port."""
+        loop = asyncio.get_running_loop()
+        if self.config.port is not None:
+            self._server = await loop.create_server(lambda: ServerConnection(self), self.config.host, self.config.port,
+                                                   start_serving=False)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._servers.append(self._server)
+        if self.config.tls_port is not None:
+            tls_server = await serve_tls(lambda: ServerConnection(self), self.config.host, self.config.tls_port,
+                                         self.ssl_context)
+            self.tls_port = tls_server.sockets[0].getsockname()[1]
+            self._servers.append(tls_server)
+
     @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.port}"
+    def service_url(self) -> str | None:
+        """As bound (port 0 resolved); None when the plain listener is off."""
+        return None if self.port is None else f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        return None if self.tls_port is None else f"pulsar+ssl://{self.config.advertised_address}:{self.tls_port}"
 
     def cluster_data(self) -> ClusterData:
         """This broker's URLs as its cluster's entry, made at start when the cluster has none (as Pulsar
@@ -118,14 +149,14 @@ class BrokerService:
         """What this broker publishes about itself (registration, ownership nodes). With advertised listeners its
         default URLs are the internal listener's, as in Pulsar: brokers and clients that name no listener use them."""
         config = self.config
-        service_url, tls_url = (None if config.port is None else self.service_url), config.service_url_tls
+        service_url, tls_url = self.service_url, self.service_url_tls
         web_url, https_url = config.web_service_url, config.web_service_url_tls
         internal = config.internal_listener
         if internal is not None:
             service_url, tls_url = internal.service_url, internal.service_url_tls
             web_url, https_url = internal.web_service_url or web_url, internal.web_service_url_tls or https_url
-        return BrokerInfo(f"{config.advertised_address}:{self.port}", service_url, web_url, tls_url, https_url,
-                          config.listeners)
+        broker_id = f"{config.advertised_address}:{self.port if self.port is not None else self.tls_port}"
+        return BrokerInfo(broker_id, service_url, web_url, tls_url, https_url, config.listeners)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -340,8 +371,8 @@ class BrokerService:
     async def close(self) -> None:
         """Graceful shutdown: stop accepting, close every topic (in-flight writes finish; clients are told to
         look the topic up again), hand the bundles off at once, then drop the connections."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self.authorization.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
@@ -365,8 +396,18 @@ class BrokerService:
         if self._owns_store:
             with metadata_errors("closing the metadata store"):
                 await self.store.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
+
+
+async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple[bytes, tuple[bytes, ...]]:
+    """The secret new ledgers' passwords derive from (configured, or the cluster's generated one), and the
+    earlier secrets whose ledgers must still open (configured ones, and the generated one once replaced)."""
+    previous = tuple(parse_secret(s) for s in config.managed_ledger_password_previous_secrets)
+    if config.managed_ledger_password_secret is None:
+        return await cluster_secret(store), previous
+    generated = await stored_secret(store)
+    return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
 
 
 def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:

@@ -10,6 +10,8 @@ and unacknowledged messages come back as they were.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from broker.service import BrokerService
 from storage.bookie.config import BookieConfig
 from storage.bookie.process import BookieService
 from storage.metadata import open_store
+
+log = logging.getLogger(__name__)
 
 ZONES = ("a", "b", "c")
 
@@ -45,6 +49,11 @@ class Standalone:
     async def start(cls, data_dir: Path, config: BrokerConfig, bookie_port: int) -> "Standalone":
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
+        if config.bookkeeper_tls_trust_certs_file_path:
+            # The embedded bookies serve plain TCP on loopback; a Pulsar file's bookkeeperTLS* would make every add fail.
+            log.warning("standalone: ignoring bookkeeper_tls_* (bookkeeperTLS*): the embedded bookies are plain, on loopback")
+            config = dataclasses.replace(config, bookkeeper_tls_trust_certs_file_path=None,
+                                         bookkeeper_tls_client_authentication=False)
         store = await open_store(config.metadata_store_url)
         bookies: list[BookieService] = []
         try:

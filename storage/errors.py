@@ -140,6 +140,11 @@ class UnauthorizedError(BookieError):
     """Wrong ledger password (master key)."""
 
 
+class WrongLedgerPasswordError(UnauthorizedError):
+    """The password given to open a ledger is not the one in its metadata (checked by the client, before
+    any bookie is asked; a bookie that refuses a key answers UnauthorizedError itself)."""
+
+
 @register(8)
 class MalformedRequestError(BookieError):
     """Malformed request frame."""

@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.zookeeper",
     "tests.fixtures.cluster",
     "tests.fixtures.broker",
+    "tests.fixtures.security",
 ]

@@ -6,11 +6,12 @@ from aiohttp import web
 
 from broker.http import permissions
 from broker.http.admin import SERVICE, routes
+from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
 
 
 def build_app(service) -> web.Application:
-    app = web.Application(middlewares=[_errors, permissions.authorize])
+    app = web.Application(middlewares=[_errors, authenticate, permissions.authorize])
     app[SERVICE] = service
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
     app.add_routes(routes)
@@ -18,12 +19,34 @@ def build_app(service) -> web.Application:
     return app
 
 
-async def start_http(service, host: str, port: int) -> web.AppRunner:
+async def start_http(service, host: str, port: int | None, https_port: int | None = None) -> web.AppRunner:
+    """The HTTP server on ``port`` (None: no plain http) and https on ``https_port`` (with the service's TLS
+    context); both serve the same routes. ``listening_ports(runner)`` says what was bound (for port 0)."""
     app = build_app(service)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    try:
+        if port is not None:
+            await web.TCPSite(runner, host, port, reuse_address=True).start()
+        if https_port is not None:
+            if service.ssl_context is None:
+                raise ValueError("https_port needs the TLS settings (certificate and key)")
+            await web.TCPSite(runner, host, https_port, reuse_address=True, ssl_context=service.ssl_context).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner
+
+
+def listening_ports(runner: web.AppRunner) -> tuple[int | None, int | None]:
+    """(http port, https port) as bound; None for a listener that is off."""
+    http = https = None
+    for site in runner.sites:
+        if site.name.startswith("https:"):
+            https = site.port
+        else:
+            http = site.port
+    return http, https
 
 
 @web.middleware

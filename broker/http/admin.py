@@ -115,7 +115,7 @@ async def leader_broker(request):
     leader = await _service(request).load_manager.election.leader()
     if leader is None:
         raise NotFoundError("no load-balancer leader is elected yet")
-    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_service_url})
+    return web.json_response({"brokerId": leader.broker_id, "serviceUrl": leader.web_url(request.secure)})
 
 
 # ---- tenants and namespaces ---------------------------------------------------------
@@ -191,7 +191,7 @@ async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
     if owner is None:
         return None, bundle
     raise web.HTTPTemporaryRedirect(
-        f"{owner.web_service_url}{request.path_qs}", content_type="application/json",
+        f"{owner.web_url(request.secure)}{request.path_qs}", content_type="application/json",
         text=json.dumps({"reason": f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}"}))
 
 
@@ -336,7 +336,7 @@ async def update_partitioned(request):
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
-@requires(Need.TENANT_ADMIN)
+@requires(Need.LOOKUP)  # Pulsar: the partitioned metadata is a lookup (clients on an http:// service URL call it)
 async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
 
@@ -498,5 +498,5 @@ async def lookup(request):
     broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
     listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
     if not owns:
-        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener))
+        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener, request.secure))
     return web.json_response(lookup_answer(broker, listener))

@@ -20,10 +20,10 @@ def lookup_answer(broker: BrokerInfo, listener_name: str | None) -> dict:
             "httpUrlTls": https_url or "", "nativeUrl": url or ""}
 
 
-def lookup_redirect(broker: BrokerInfo, path: str, listener_name: str | None) -> str:
+def lookup_redirect(broker: BrokerInfo, path: str, listener_name: str | None, secure: bool = False) -> str:
     """Where an unowned bundle's lookup is sent (307): the chosen broker, asked authoritatively, with the client's
-    listener name kept so the answer is still under it."""
+    listener name kept so the answer is still under it; over https when the client came over https."""
     query = {"authoritative": "true"}
     if listener_name:
         query["listenerName"] = listener_name
-    return f"{broker.web_service_url}{path}?{urllib.parse.urlencode(query)}"
+    return f"{broker.web_url(secure)}{path}?{urllib.parse.urlencode(query)}"

@@ -50,6 +50,8 @@ async def authorize(request, handler):
     else:
         resource = None
     if not await service.authorization.allowed(role, resource, need):
+        if role is not None:
+            await service.authorization.raise_if_missing(resource, need)
         raise AuthorizationError(refusal(role, need, resource if need is not Need.SUPERUSER else
                                          f"{request.method} {request.path}"))
     return await handler(request)

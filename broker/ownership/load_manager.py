@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from typing import Callable
 
@@ -175,8 +176,11 @@ class LoadManager:
         if broker.broker_id == self.service.ownership.me.broker_id:
             await self.service.unload_bundle(f"{NAMESPACE_ROOT}/{bundle}")
             return
-        url = f"{broker.web_service_url}/admin/v2/namespaces/{bundle}/unload"
+        base = broker.web_url(secure=False)  # https when the owner serves only that, trusting the cluster's CA
+        url = f"{base}/admin/v2/namespaces/{bundle}/unload"
+        tls = {"ssl": ssl.create_default_context(cafile=self.config.tls_trust_certs_file_path)} \
+            if base.startswith("https:") else {}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=UNLOAD_TIMEOUT_S)) as http:
-            async with http.put(url, allow_redirects=False) as resp:
+            async with http.put(url, allow_redirects=False, **tls) as resp:
                 if resp.status != 204:
                     raise BrokerError(f"PUT {url} answered {resp.status}: {await resp.text()}")

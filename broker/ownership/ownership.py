@@ -96,6 +96,13 @@ class BrokerInfo:
         return listener_urls({listener.name: listener for listener in self.listeners},
                              (self.service_url, self.service_url_tls), listener_name, self.broker_id)
 
+    def web_url(self, secure: bool) -> str | None:
+        """The HTTP base URL to send a caller to: https for one that came over https (when this broker serves it),
+        else plain http, else https (a broker that serves only https)."""
+        if secure and self.web_service_url_tls:
+            return self.web_service_url_tls
+        return self.web_service_url or self.web_service_url_tls
+
 
 async def may_be_alive(broker: BrokerInfo, timeout_s: float = 1.0) -> bool:
     """False only with proof that ``broker``'s process is gone: every advertised port (Pulsar, then HTTP; plain and TLS) refuses a

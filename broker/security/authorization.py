@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable
 
-from broker.errors import AuthorizationError, BrokerError, metadata_errors
+from broker.errors import AuthorizationError, BrokerError, TopicNotFoundError, metadata_errors
 from broker.ownership.resources import POLICIES_ROOT, normalize_auth_policies
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.errors import MetadataError, NoNodeError
@@ -69,6 +69,7 @@ class Grants:
     admin_roles: frozenset[str] = frozenset()
     namespace_actions: dict | None = None  # role -> actions granted on the namespace
     topic_actions: dict | None = None  # role -> actions granted on the topic (or its partitioned topic)
+    exists: bool = True  # False when the tenant or namespace itself is missing
 
 
 NO_GRANTS = Grants()
@@ -182,8 +183,17 @@ class AuthorizationService:
         ``admitted``."""
         changes = self.changes
         if not await self.allowed(role, resource, need):
+            if role is not None:
+                await self.raise_if_missing(resource, need)
             raise AuthorizationError(refusal(role, need, resource))
         return changes
+
+    async def raise_if_missing(self, resource, need: Need) -> None:
+        """A refused topic whose namespace does not exist is TopicNotFound, as in Pulsar (its lookup fails before
+        authorization is asked)."""
+        if isinstance(resource, TopicName) and not (await self.grants(resource, need)).exists:
+            raise TopicNotFoundError(f"topic {resource} does not exist: namespace {resource.namespace_name} "
+                                     "does not exist")
 
     def admitted(self, topic, checked_at: int) -> None:
         """A producer or consumer allowed by a check that returned ``checked_at`` is now attached to ``topic``. If
@@ -209,10 +219,10 @@ class AuthorizationService:
             tenant, ns = str(resource), None
         admin_roles = await self._cached(f"{POLICIES_ROOT}/{tenant}", _admin_roles)
         if admin_roles is None or ns is None or need is Need.TENANT_ADMIN:
-            return Grants(admin_roles or frozenset())
+            return Grants(admin_roles or frozenset(), exists=admin_roles is not None)
         auth = await self._cached(f"{POLICIES_ROOT}/{ns.tenant}/{ns.namespace}", _auth_policies)
         if auth is None:
-            return Grants(admin_roles)
+            return Grants(admin_roles, exists=False)
         topic_actions = None
         if isinstance(resource, TopicName):
             topics = auth["destination_auth"]

@@ -45,6 +45,8 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
         self.client_version = ""
+        self.auth_role: str | None = None  # set on CONNECT when authentication is on (broker/server/auth_handshake.py)
+        self.auth_state = None  # auth_handshake.AuthState: the credential, its expiry, a pending refresh
         self.producers: dict[int, object] = {}  # producer_id -> ProducerBinding, once the session has it READY
         self.consumers: dict[int, object] = {}  # consumer_id -> ConsumerBinding
         self.writable = True

@@ -17,6 +17,7 @@ from broker.errors import (
     BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
+from broker.server import auth_handshake
 from broker.security.authorization import Need, check, effective_role
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
@@ -62,10 +63,18 @@ def on_connect(conn, frame) -> None:
                                                    message=f"protocol version {c.protocol_version} is too old; need >= 6"))
         conn.close()
         return
-    conn.write(T.CONNECTED, connected=pb.CommandConnected(
-        server_version=conn.service.version, protocol_version=protocol_version,
-        max_message_size=conn.config.max_message_size,
-    ))
+
+    def answer() -> None:
+        conn.write(T.CONNECTED, connected=pb.CommandConnected(
+            server_version=conn.service.version, protocol_version=protocol_version,
+            max_message_size=conn.config.max_message_size,
+        ))
+
+    authentication = getattr(conn.service, "authentication", None)
+    if authentication is not None and authentication.enabled:
+        auth_handshake.authenticate_connect(conn, c, answer)  # answers once the credentials are checked
+    else:
+        answer()
 
 
 def on_ping(conn, frame) -> None:
@@ -449,6 +458,7 @@ def on_consumer_stats(conn, frame) -> None:
 
 TABLE = {
     T.CONNECT: on_connect,
+    T.AUTH_RESPONSE: auth_handshake.on_auth_response,
     T.PING: on_ping,
     T.PONG: on_pong,
     T.PARTITIONED_METADATA: on_partitioned_metadata,

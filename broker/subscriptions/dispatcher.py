@@ -31,6 +31,7 @@ from magnetar.protocol.frames import parse_headers_and_payload
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
+DEFAULT_MAX_READ_BYTES = 5 * 1024 * 1024
 
 
 def to_dispatched(entry, redelivery_count: int = 0, key_hash_of=None) -> DispatchedEntry | None:
@@ -57,6 +58,8 @@ class Dispatcher(abc.ABC):
         self.subscription = subscription
         self.cursor = subscription.cursor
         self.max_read_batch_size = max_read_batch_size
+        self.max_read_bytes = DEFAULT_MAX_READ_BYTES  # Pulsar's dispatcherMaxReadSizeBytes; set from the config
+        self._avg_entry_bytes = 0.0  # recent entries' size, to turn the byte bound into an entry count
         self.consumers: list[Consumer] = []
         self.redelivery = RedeliveryTracker()
         self._wakeup = asyncio.Event()
@@ -174,7 +177,21 @@ class Dispatcher(abc.ABC):
                 raise arrived.exception()  # the managed ledger closed or was fenced
             if not self.cursor.has_more_entries():
                 return None
-        return await self.cursor.read_entries(count)
+        entries = await self.cursor.read_entries(self.bounded_by_bytes(count))
+        self._note_sizes(entries)
+        return entries
+
+    def bounded_by_bytes(self, count: int) -> int:
+        """``count`` entries, or fewer when entries of the recent average size would exceed ``max_read_bytes``:
+        the bound on what one read brings into memory (and then into the consumers' socket buffers)."""
+        if self._avg_entry_bytes <= 0:
+            return count
+        return max(1, min(count, int(self.max_read_bytes // self._avg_entry_bytes)))
+
+    def _note_sizes(self, entries) -> None:
+        for entry in entries:
+            size = len(entry.data)
+            self._avg_entry_bytes = size if self._avg_entry_bytes <= 0 else 0.8 * self._avg_entry_bytes + 0.2 * size
 
     def entries_to_send(self, entries, key_hash_of=None) -> list[DispatchedEntry]:
         out = []

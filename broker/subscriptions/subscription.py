@@ -108,6 +108,7 @@ class Subscription:
         else:
             self.dispatcher = SingleActiveConsumerDispatcher(
                 self, batch, partition_index, failover=sub_type is SubscriptionType.Failover)
+        self.dispatcher.max_read_bytes = config.dispatcher_max_read_size_bytes
         self.type = sub_type
 
     async def remove_consumer(self, consumer: Consumer) -> None:

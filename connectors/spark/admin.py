@@ -9,6 +9,7 @@ import urllib.request
 from urllib.parse import quote
 
 from connectors.spark.offsets import EARLIEST, LedgerInfo, Offset
+from connectors.spark.security import ClientSecurity
 
 
 class AdminError(RuntimeError):
@@ -20,13 +21,16 @@ class TopicMissing(AdminError):
 
 
 class Admin:
-    def __init__(self, url: str, timeout_s: float = 30):
+    def __init__(self, url: str, timeout_s: float = 30, security: ClientSecurity | None = None):
+        """``security`` (connectors/spark/security.py): the credentials and, for https, the CA to use."""
         self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self._headers = {"Accept": "application/json", **(security.http_headers() if security else {})}
+        self._ssl = security.ssl_context() if security is not None and self.url.startswith("https:") else None
 
     def _get(self, path: str):
-        request = urllib.request.Request(self.url + path, headers={"Accept": "application/json"})
+        request = urllib.request.Request(self.url + path, headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._ssl) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             reason = _reason(exc)

@@ -14,6 +14,7 @@ import re
 from urllib.parse import urlparse
 
 from connectors.spark.offsets import Offset, parse_offset, topic_url
+from connectors.spark.security import SECURITY_OPTIONS, ClientSecurity, SecurityOptionError, parse_security
 
 
 class MagnetarOptionError(ValueError):
@@ -23,9 +24,9 @@ class MagnetarOptionError(ValueError):
 SOURCE_OPTIONS = {
     "service.url", "admin.url", "topic", "topics", "topicsPattern", "subscription", "startingOffsets",
     "endingOffsets", "failOnDataLoss", "maxMessagesPerTrigger", "pollTimeoutMs", "waitingForNonExistedTopic",
-    "maxEntriesPerPartition", "minPartitions",
+    "maxEntriesPerPartition", "minPartitions", *SECURITY_OPTIONS,
 }
-SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs"}
+SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs", *SECURITY_OPTIONS}
 # Options Spark itself may hand to a data source; they carry no meaning here.
 SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}  # compared lower-cased
 
@@ -46,6 +47,7 @@ class SourceOptions:
     wait_for_topic: bool
     max_entries_per_partition: int
     min_partitions: int  # Kafka's option: cut ranges finer until a micro-batch has at least this many tasks
+    security: ClientSecurity = ClientSecurity()  # pulsar.client.auth* and tls* (connectors/spark/security.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,7 @@ class SinkOptions:
     service_url: str
     topic: str | None  # None: every row names its own in a `topic` column
     batching_max_publish_delay_ms: int
+    security: ClientSecurity = ClientSecurity()
 
 
 def parse_source_options(raw: dict[str, str]) -> SourceOptions:
@@ -89,14 +92,17 @@ def parse_source_options(raw: dict[str, str]) -> SourceOptions:
         wait_for_topic=_bool(opts, "waitingForNonExistedTopic", False),
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 5_000),
         min_partitions=_int(opts, "minPartitions", 1),
+        security=_security(opts, service_url),
     )
 
 
 def parse_sink_options(raw: dict[str, str]) -> SinkOptions:
     opts = _known(raw, SINK_OPTIONS)
     topic = opts.get("topic")
-    return SinkOptions(service_url=_service_url(opts), topic=topic_url(topic.strip()) if topic else None,
-                       batching_max_publish_delay_ms=_int(opts, "batchingMaxPublishDelayMs", 10, minimum=0))
+    service_url = _service_url(opts)
+    return SinkOptions(service_url=service_url, topic=topic_url(topic.strip()) if topic else None,
+                       batching_max_publish_delay_ms=_int(opts, "batchingMaxPublishDelayMs", 10, minimum=0),
+                       security=_security(opts, service_url))
 
 
 # ---- one option each -------------------------------------------------------------------
@@ -124,15 +130,24 @@ def _service_url(opts) -> str:
     if not url:
         raise MagnetarOptionError("option 'service.url' is required (e.g. pulsar://localhost:6650)")
     parsed = urlparse(url)
-    if parsed.scheme != "pulsar" or not parsed.hostname or not parsed.port:
-        raise MagnetarOptionError(f"option 'service.url' must look like pulsar://host:port, got {url!r}")
+    if parsed.scheme not in ("pulsar", "pulsar+ssl") or not parsed.hostname or not parsed.port:
+        raise MagnetarOptionError(f"option 'service.url' must look like pulsar://host:port or "
+                                  f"pulsar+ssl://host:port, got {url!r}")
     return url
+
+
+def _security(opts, service_url: str) -> ClientSecurity:
+    try:
+        return parse_security(opts, service_url)
+    except SecurityOptionError as exc:
+        raise MagnetarOptionError(str(exc)) from None
 
 
 def _admin_url(opts, service_url: str) -> str:
     url = opts.get("admin.url")
-    if not url:  # Pulsar's default web port beside the binary one
-        return f"http://{urlparse(service_url).hostname}:8080"
+    if not url:  # Pulsar's default web port beside the binary one (8443 for https beside pulsar+ssl)
+        parsed = urlparse(service_url)
+        return f"https://{parsed.hostname}:8443" if parsed.scheme == "pulsar+ssl" else f"http://{parsed.hostname}:8080"
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise MagnetarOptionError(f"option 'admin.url' must look like http://host:port, got {url!r}")

@@ -82,7 +82,7 @@ def publish(options: SinkOptions, rows: Iterator, chunk: int = 1_000) -> int:
     count = 0
 
     async def make_client():
-        return AsyncClient(options.service_url, operation_timeout_seconds=30)
+        return AsyncClient(options.service_url, operation_timeout_seconds=30, **options.security.client_options())
 
     async def send(batch):
         for topic, payload, kwargs in batch:

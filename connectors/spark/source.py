@@ -36,6 +36,7 @@ from connectors.spark.offsets import (
     EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
+from connectors.spark.security import ClientSecurity
 from magnetar.topic_name import split_topic
 
 log = logging.getLogger("connectors.spark")
@@ -127,7 +128,8 @@ def _last_of(entry, batch_index: int, end: Offset) -> bool:
     return batch_index < 0 or batch_index >= entry.batch_size - 1
 
 
-def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 2_000) -> Iterator:
+def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 2_000,
+               security: ClientSecurity = ClientSecurity()) -> Iterator:
     """The messages of one range as Arrow record batches of about ``chunk`` rows, from a non-durable reader on a
     private event loop. The reader hands over whole entries (``receive_entries``), turned into columns."""
     from magnetar import MessageId
@@ -140,7 +142,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
     loop = asyncio.new_event_loop()
     client = None
     try:
-        client = loop.run_until_complete(_async_client(AsyncClient, service_url))
+        client = loop.run_until_complete(_async_client(AsyncClient, service_url, security))
         first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         reader = loop.run_until_complete(client.create_reader(tp, first, start_message_id_inclusive=True,
                                                               receiver_queue_size=chunk))
@@ -168,8 +170,8 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
         loop.close()
 
 
-async def _async_client(cls, service_url):
-    return cls(service_url, operation_timeout_seconds=30)
+async def _async_client(cls, service_url, security: ClientSecurity):
+    return cls(service_url, operation_timeout_seconds=30, **security.client_options())
 
 
 # ---- the driver: offsets, planning, commits ----------------------------------------------
@@ -180,7 +182,7 @@ class _Driver:
 
     def __init__(self, options: SourceOptions, streaming: bool):
         self.o, self.streaming = options, streaming
-        self.admin = Admin(options.admin_url)
+        self.admin = Admin(options.admin_url, security=options.security)
         self._client = None
         self._consumers: dict[str, object] = {}
         self._committed: dict[str, Offset] = {}
@@ -194,7 +196,8 @@ class _Driver:
         if self._client is None:
             import magnetar
 
-            self._client = magnetar.Client(self.o.service_url, operation_timeout_seconds=30)
+            self._client = magnetar.Client(self.o.service_url, operation_timeout_seconds=30,
+                                           **self.o.security.client_options())
         return self._client
 
     # topic-partitions and their ends
@@ -390,7 +393,8 @@ class _Reading:
         return self._driver
 
     def read(self, partition: RangePartition):
-        return read_range(self.options.service_url, partition, self.options.poll_timeout_ms)
+        return read_range(self.options.service_url, partition, self.options.poll_timeout_ms,
+                          security=self.options.security)
 
 
 class MagnetarBatchReader(_Reading, DataSourceReader):

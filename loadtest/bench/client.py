@@ -45,13 +45,14 @@ def _rate(web_url: str, topic: str, before: int, elapsed_s: float, messages: int
     return {"messages": stored, "seconds": elapsed_s, "msg_per_s": stored / elapsed_s}
 
 
-def _produce_sync(module, url: str, web_url: str, messages: int, **client_options) -> dict:
+def _produce_sync(module, url: str, web_url: str, messages: int, body_bytes: int = MESSAGE_BYTES,
+                  **client_options) -> dict:
     """The same code for `pulsar` and `magnetar`: it is what a user of the official client writes."""
     client = module.Client(url, operation_timeout_seconds=60, **client_options)
     topic = f"persistent://public/default/bench-produce-{module.__name__}-{time.time_ns()}"
     try:
         producer = client.create_producer(topic, **PRODUCER_OPTIONS)
-        body = b"x" * MESSAGE_BYTES
+        body = b"x" * body_bytes
         for _ in range(min(WARM_UP, messages)):
             producer.send_async(body, None)
         producer.flush()

@@ -307,6 +307,20 @@ def _spark(r: dict) -> list[str]:
                 ["ratio", "", "", f"{r['ratio']:.2f}"]]), _reproduce("spark"), ""]
 
 
+def _tls(r: dict) -> list[str]:
+    rows = [[key.rsplit("_", 1)[0].replace("official", "pulsar-client").replace("magnetar_sync", "magnetar (sync API)"),
+             f"{v['message_bytes']:,} B", _n(v["plain_msg_per_s"]), _n(v["tls_msg_per_s"]), _n(v["tls_mb_per_s"], 1),
+             f"{v['ratio']:.2f}"] for key, v in r.items() if key != "config" and isinstance(v, dict)]
+    if not rows:
+        return []
+    return ["## TLS", "",
+            "The client suite's produce loop over `pulsar+ssl://` beside `pulsar://` on the same `broker standalone`, "
+            f"plain and TLS alternating within each of {r['config']['rounds']} rounds; {r['config']['tls']}. "
+            "Medians over rounds; the ratio is the median of the rounds' TLS / plain.", "",
+            *_table(["client", "message", "plain msg/s", "TLS msg/s", "TLS MB/s", "TLS / plain"], rows),
+            _reproduce("tls"), ""]
+
+
 NOTES = [
     "## Reading these figures", "",
     "- **One disk holds every fsync stream.** Bookie journals and entry logs share the disk with the "
@@ -337,7 +351,7 @@ def write_report(doc: dict, directory: str | Path, command: str) -> Path:
              *(["Suites that failed in this run:", "", *errors, ""] if errors else []),
              *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
              *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
-             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), "", *NOTES]
+             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})), "", *NOTES]
     path = directory / "BENCHMARKS.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -46,8 +46,9 @@ async def mark_bookie(client: LedgerClient, bookie_id: str) -> list[int]:
     return held
 
 
-async def set_read_only(client: LedgerClient, bookie_id: str) -> None:
-    """Switch a registered bookie read-only through its HTTP API. Raises ReplicationError."""
+async def set_read_only(client: LedgerClient, bookie_id: str, admin_token: str | None = None) -> None:
+    """Switch a registered bookie read-only through its HTTP API, with the bookie's
+    ``http_admin_token`` when it has one. Raises ReplicationError."""
     from aiohttp import ClientError, ClientSession, ClientTimeout
 
     await client.registry.refresh()
@@ -59,7 +60,8 @@ async def set_read_only(client: LedgerClient, bookie_id: str) -> None:
     url = f"http://{info.http_address}/api/v1/bookie/state/readonly"
     try:
         async with ClientSession(timeout=ClientTimeout(total=10)) as session:
-            async with session.put(url, data=json.dumps({"readOnly": True})) as resp:
+            headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+            async with session.put(url, data=json.dumps({"readOnly": True}), headers=headers) as resp:
                 if resp.status != 200:
                     raise ReplicationError(f"bookie {bookie_id} refused read-only mode: HTTP {resp.status} "
                                            f"{await resp.text()}")

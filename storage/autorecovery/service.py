@@ -18,6 +18,7 @@ from storage.autorecovery.auditor import Auditor
 from storage.autorecovery.config import AutoRecoveryConfig
 from storage.autorecovery.worker import ReplicationWorker, RepairStats
 from storage.client.client import LedgerClient
+from storage.client.config import ClientConfig
 from storage.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,8 @@ class AutoRecoveryService:
 
     @classmethod
     async def start(cls, store: MetadataStore, config: AutoRecoveryConfig, owner: str,
-                    registry: CollectorRegistry) -> "AutoRecoveryService":
-        client = await LedgerClient.open(store)
+                    registry: CollectorRegistry, client_config: ClientConfig | None = None) -> "AutoRecoveryService":
+        client = await LedgerClient.open(store, client_config)
         service = cls(client, config, owner, registry)
         service._owns_client = True
         service._tasks = [asyncio.ensure_future(service.auditor.run_forever()),
@@ -78,8 +79,11 @@ class AutoRecoveryService:
 
 
 async def run_standalone(url: str, config: AutoRecoveryConfig, owner: str, host: str, http_port: int,
-                         stop: asyncio.Event, ready: Callable[[str], None]) -> None:
-    """`bookie autorecovery`: auditor candidate + worker on their own session, /health and /metrics on HTTP."""
+                         stop: asyncio.Event, ready: Callable[[str], None],
+                         client_config: ClientConfig | None = None) -> None:
+    """`bookie autorecovery`: auditor candidate + worker on their own session, /health and /metrics on HTTP.
+
+    ``client_config`` carries the TLS settings when the bookies serve TLS."""
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -87,7 +91,11 @@ async def run_standalone(url: str, config: AutoRecoveryConfig, owner: str, host:
 
     registry = CollectorRegistry()
     store = await open_store(url, session_timeout_s=config.session_timeout_s)
-    service = await AutoRecoveryService.start(store, config, owner, registry)
+    try:
+        service = await AutoRecoveryService.start(store, config, owner, registry, client_config)
+    except BaseException:
+        await store.close()
+        raise
 
     async def health(_request):
         alive = all(not t.done() for t in service._tasks)

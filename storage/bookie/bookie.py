@@ -390,6 +390,11 @@ class Bookie:
         """The highest LAC carried by this ledger's entries here (-1 if none)."""
         return self._known(ledger_id).lac
 
+    def knows_key(self, ledger_id: int) -> bool:
+        """Whether a master key is recorded for the ledger (then every add and fence is checked against it)."""
+        state = self._storage.states.get(ledger_id)
+        return state is not None and state.master_key is not None
+
     def is_fenced(self, ledger_id: int) -> bool:
         state = self._storage.states.get(ledger_id)
         return state is not None and state.fenced

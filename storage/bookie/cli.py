@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     recovery.add_argument("--id", dest="owner", default=None, help="name in locks and the auditor node "
                           "(default autorecovery-HOST-PID)")
     recovery.add_argument("--session-timeout-s", type=float, default=None)
+    recovery.add_argument("--tls-trust-certs-file", help="bookies serve TLS: the CA certificates (PEM) to check them against")
+    recovery.add_argument("--tls-cert-file", help="client certificate (PEM) for bookies that require client authentication")
+    recovery.add_argument("--tls-key-file", help="the client certificate's key (PEM)")
     _autorecovery_flags(recovery)
 
     standalone = commands.add_parser("standalone", help="three bookies (zones a, b, c) in one process on an embedded store")
@@ -192,10 +195,14 @@ def _run_autorecovery(args: argparse.Namespace) -> int:
 
     from storage.autorecovery.config import load_autorecovery_config
     from storage.autorecovery.service import run_standalone
+    from storage.client.config import ClientConfig
 
     flags = {k: getattr(args, k) for k in (*_AUTORECOVERY_FIELDS, "session_timeout_s")}
     try:
         config = load_autorecovery_config(flags)
+        client_config = ClientConfig(tls_trust_certs_file_path=args.tls_trust_certs_file,
+                                     tls_certificate_file_path=args.tls_cert_file,
+                                     tls_key_file_path=args.tls_key_file).validate()
     except ValueError as exc:
         print(f"bookie autorecovery: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
@@ -208,7 +215,7 @@ def _run_autorecovery(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         try:
             await run_standalone(args.metadata_store_url, config, owner, args.host, args.http_port, stop,
-                                 lambda line: print(line, flush=True))
+                                 lambda line: print(line, flush=True), client_config)
         except (MetadataError, OSError, ValueError) as exc:
             print(f"bookie autorecovery: refusing to start: {exc}", file=sys.stderr, flush=True)
             return EXIT_REFUSED

@@ -11,7 +11,7 @@ diskUsageThreshold=0.95, diskUsageLwmThreshold=0.90).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -74,6 +74,30 @@ class BookieConfig:
     max_frame_bytes: int = 8 * 1024 * 1024
     session_timeout_s: float = 10.0
 
+    # security (docs/security.md "Storage"): the bearer token the HTTP endpoints that change state require;
+    # None: only loopback clients may change state (standalone). Set it by TOML or MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN,
+    # not a flag, so it never shows in a process listing.
+    http_admin_token: str | None = field(default=None, repr=False)
+    # TLS on the data port (storage/tls.py), BookKeeper's names: tlsCertificatePath, tlsKeyStore (a PEM key),
+    # tlsTrustStore (PEM CA certificates), tlsClientAuthentication. With a certificate the port serves TLS only.
+    # The bookie's own ledger client (autorecovery) then dials its peers with TLS too, trusting tls_trust_store
+    # and presenting its own certificate: one CA for the cluster signs bookie and client certificates.
+    tls_certificate_path: str | None = None
+    tls_key_store: str | None = None
+    tls_trust_store: str | None = None
+    tls_client_authentication: bool = False
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certificate_path is not None
+
+    def client_tls(self) -> dict:
+        """ClientConfig fields for this bookie's own ledger client (autorecovery), to reach TLS peers."""
+        if not self.tls_enabled:
+            return {}
+        return {"tls_trust_certs_file_path": self.tls_trust_store, "tls_certificate_file_path": self.tls_certificate_path,
+                "tls_key_file_path": self.tls_key_store}
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.journal_dir is None:
@@ -123,6 +147,16 @@ class BookieConfig:
             raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
+        if (self.tls_certificate_path is None) != (self.tls_key_store is None):
+            raise ValueError("tls_certificate_path and tls_key_store go together")
+        if self.tls_enabled and self.tls_trust_store is None:
+            raise ValueError("a TLS bookie needs tls_trust_store: the CA its peers' (and clients') certificates "
+                             "chain to, which its own autorecovery client trusts")
+        if self.tls_client_authentication and not self.tls_enabled:
+            raise ValueError("tls_client_authentication needs tls_certificate_path and tls_key_store")
+        if self.http_admin_token is not None and (not self.http_admin_token.strip() or
+                                                  any(c.isspace() for c in self.http_admin_token)):
+            raise ValueError("http_admin_token must be non-empty and contain no whitespace")
         if not self.bookie_id or "/" in self.bookie_id:
             raise ValueError(f"bookie_id {self.bookie_id!r} must be non-empty and contain no '/'")
         return self

@@ -5,6 +5,12 @@
     GET  /api/v1/bookie/info          {"bookie_id", "state", "zone", "network_location", ...}
     PUT  /api/v1/bookie/state/readonly   {"readOnly": true|false|null}  (BookKeeper's shape; null clears)
 
+Every request that is not a GET/HEAD changes state and passes ``admin_access``
+first: with ``http_admin_token`` configured it needs ``Authorization: Bearer
+<token>`` (none: 401, another: 403); without one only loopback peers may
+change state (what a standalone bookie on 127.0.0.1 needs), others get 403.
+GETs stay open, as health checks and Prometheus scrapers expect.
+
 The app's one collaborator is the service object under ``SERVICE`` (its
 ``health()``, ``registry``, ``refresh_gauges()``, ``info()`` and
 ``force_read_only()``), so a test can serve a stand-in. Each bookie has its
@@ -13,6 +19,9 @@ own registry: several bookies in one process (standalone) never mix metrics.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -20,11 +29,54 @@ from storage.errors import StorageError
 
 
 SERVICE = web.AppKey("service", object)
+ADMIN_TOKEN = web.AppKey("admin_token", object)
+_READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
 
 
-async def start_http(service, host: str, port: int) -> web.AppRunner:
-    app = web.Application()
+def admin_access(token: str | None, authorization: str | None, peer: str | None) -> tuple[int, str] | None:
+    """None when a state-changing request may proceed, else (HTTP status, why).
+
+    ``token``: the configured admin token (None: not configured); ``authorization``: the request's
+    Authorization header; ``peer``: the client's IP address.
+    """
+    if token is None:
+        if peer is not None and _is_loopback(peer):
+            return None
+        return 403, ("this bookie changes state over HTTP only for loopback clients; "
+                     "set http_admin_token to allow others with a bearer token")
+    if not authorization:
+        return 401, "state-changing requests need 'Authorization: Bearer <token>'"
+    scheme, _, presented = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not presented.strip():
+        return 401, "the Authorization header must be 'Bearer <token>'"
+    if not hmac.compare_digest(presented.strip().encode(), token.encode()):
+        return 403, "wrong admin token"
+    return None
+
+
+def _is_loopback(peer: str) -> bool:
+    try:
+        return ipaddress.ip_address(peer.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False  # a unix socket or something unparseable: not provably local
+
+
+@web.middleware
+async def _guard_state_changes(request: web.Request, handler):
+    if request.method not in _READ_ONLY_METHODS:
+        refused = admin_access(request.app[ADMIN_TOKEN], request.headers.get("Authorization"), request.remote)
+        if refused is not None:
+            status, why = refused
+            headers = {"WWW-Authenticate": 'Bearer realm="bookie"'} if status == 401 else None
+            return web.json_response({"error": why}, status=status, headers=headers)
+    return await handler(request)
+
+
+async def start_http(service, host: str, port: int, admin_token: str | None = None) -> web.AppRunner:
+    """Serve ``service`` on host:port; ``admin_token`` guards the state-changing endpoints (``admin_access``)."""
+    app = web.Application(middlewares=[_guard_state_changes])
     app[SERVICE] = service
+    app[ADMIN_TOKEN] = admin_token
     app.add_routes([
         web.get("/health", _health),
         web.get("/metrics", _metrics),

@@ -37,6 +37,7 @@ from storage.bookie.journal_damage import Verdict, journal_verdict
 from storage.bookie.registration import Registration
 from storage.bookie.scrub import Scrubber
 from storage.bookie.server import BookieServer
+from storage.client.config import ClientConfig
 from storage.errors import NoNodeError
 from storage.ledger_metadata import LedgerMetadata
 from storage.metadata import MetadataStore, open_store, paths
@@ -100,7 +101,7 @@ class BookieService:
                                         journal_damage=lambda: bookie.journal_damage)
         await self.disk_monitor.check_once()  # no registration yet: this only sets the server's mode
         self.server.set_read_only(self.disk_monitor.read_only, self.disk_monitor.mode.reason)
-        self._http = await start_http(self, config.host, config.http_port)
+        self._http = await start_http(self, config.host, config.http_port, config.http_admin_token)
         self.registration = Registration(store, config, self.http_port)
         # The mode is read again here: an HTTP override may have landed while HTTP started.
         await self.registration.register(self.disk_monitor.read_only)
@@ -114,7 +115,8 @@ class BookieService:
             self._tasks.append(asyncio.ensure_future(self.scrubber.run_forever()))
         if config.autorecovery_enabled:
             self.autorecovery = await AutoRecoveryService.start(
-                store, AutoRecoveryConfig.from_bookie(config), config.bookie_id, self.registry)
+                store, AutoRecoveryConfig.from_bookie(config), config.bookie_id, self.registry,
+                ClientConfig(**config.client_tls()))
         self.serving = True
         log.info("bookie %s serving on %s:%d (http %d, %s, %s)", config.bookie_id, config.host, self.port,
                  self.http_port, config.network_location, "read-only" if self.read_only else "writable")

@@ -10,6 +10,12 @@ How this works:
   unbounded task pile).
 * Malformed or oversized input gets one ``ErrorResponse`` frame naming the
   problem, then that connection -- and only that one -- is closed.
+* Master keys: the core checks every add and fence against the key it
+  recorded for the ledger. Before it has one (the first add or fence of a
+  ledger here), the presented key is checked against the ledger's metadata
+  (``master_key(md.password)``), so nobody without the password can fence a
+  ledger a bookie has not heard of yet, nor plant a key that would lock out
+  its writer. A ledger with no metadata cannot be fenced here either.
 * Adds pass the ``LedgerGate`` first. The bookie learns a ledger's state
   from its metadata the first time it sees the ledger and keeps it fresh
   with a data watch: an add to a ledger with no metadata fails
@@ -31,6 +37,7 @@ How this works:
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections import OrderedDict
 
@@ -51,9 +58,11 @@ from storage.errors import (
     NoNodeError,
     NoSuchLedgerError,
     StorageError,
+    UnauthorizedError,
 )
-from storage.ledger_metadata import LedgerMetadata, LedgerState
+from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key
 from storage.metadata import MetadataStore, Watch, paths
+from storage.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +88,8 @@ class LedgerGate:
         self._closed_cache_size = closed_cache_size
         self._loading: dict[int, asyncio.Future] = {}
         self._watches: dict[int, Watch] = {}
+        # Master keys from metadata, for ledgers whose key the core has not recorded yet (immutable per ledger).
+        self._keys: OrderedDict[int, bytes] = OrderedDict()
 
     def allows(self, ledger_id: int, recovery: bool) -> bool:
         """Fast path: True when the cached state lets this add through without a metadata read."""
@@ -102,6 +113,18 @@ class LedgerGate:
         if state is LedgerState.CLOSED and not recovery:
             raise LedgerClosedError(f"ledger {ledger_id} is closed")
 
+    async def master_key(self, ledger_id: int) -> bytes:
+        """The master key the ledger's metadata implies. Raises NoSuchLedgerError, MetadataError."""
+        for _ in range(2):  # a deletion (or, rarely, eviction) between the load and the lookup: load again
+            key = self._keys.get(ledger_id)
+            if key is not None:
+                return key
+            await self._load(ledger_id)
+        key = self._keys.get(ledger_id)
+        if key is None:
+            raise NoSuchLedgerError(f"ledger {ledger_id}'s metadata went away while its master key was checked")
+        return key
+
     async def _load(self, ledger_id: int) -> LedgerState:
         # Concurrent first adds of one ledger share one metadata read.
         pending = self._loading.get(ledger_id)
@@ -117,7 +140,8 @@ class LedgerGate:
             self._watches[ledger_id] = self._store.watch_data(path, lambda _e: self._refresh(ledger_id))
         try:
             data, _ = await self._store.get(path)
-            state = LedgerMetadata.from_bytes(data).state
+            md = LedgerMetadata.from_bytes(data)
+            state = md.state
         except NoNodeError:
             self._forget(ledger_id)
             raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata: it was never created or has been deleted")
@@ -134,6 +158,10 @@ class LedgerGate:
                 self._closed.popitem(last=False)
         else:
             self._live[ledger_id] = state
+        self._keys[ledger_id] = master_key(md.password)
+        self._keys.move_to_end(ledger_id)
+        while len(self._keys) > self._closed_cache_size:
+            self._keys.popitem(last=False)
         return state
 
     def _refresh(self, ledger_id: int) -> None:
@@ -144,6 +172,7 @@ class LedgerGate:
     def _forget(self, ledger_id: int) -> None:
         self._live.pop(ledger_id, None)
         self._closed.pop(ledger_id, None)
+        self._keys.pop(ledger_id, None)
         watch = self._watches.pop(ledger_id, None)
         if watch is not None:
             watch.cancel()
@@ -188,9 +217,11 @@ class BookieServer:
     @classmethod
     async def start(cls, bookie, store, config, registry) -> "BookieServer":
         server = cls(bookie, store, config, registry)
+        tls = (server_context(config.tls_certificate_path, config.tls_key_store, config.tls_trust_store,
+                              config.tls_client_authentication) if config.tls_enabled else None)
         loop = asyncio.get_running_loop()
         server._server = await loop.create_server(lambda: BookieConnection(server), config.host, config.port,
-                                                  reuse_address=True)
+                                                  reuse_address=True, ssl=tls)
         return server
 
     @property
@@ -211,6 +242,8 @@ class BookieServer:
                 return await self._add(request)
             if type(request) is p.ReadRequest:
                 if request.fence:
+                    if not self.bookie.knows_key(request.ledger_id):
+                        await self._check_first_key(request.ledger_id, request.master_key)
                     body = await self.bookie.fencing_read(request.ledger_id, request.entry_id, request.master_key)
                 else:
                     body = await self.bookie.read_entry(request.ledger_id, request.entry_id)
@@ -238,9 +271,17 @@ class BookieServer:
             raise BookieReadOnlyError(f"bookie {self.config.bookie_id} is read-only: {self.read_only_reason}")
         if not self.gate.allows(request.ledger_id, request.recovery):
             await self.gate.check(request.ledger_id, request.recovery)
+        if not self.bookie.knows_key(request.ledger_id):
+            await self._check_first_key(request.ledger_id, request.master_key)
         await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
                                     request.recovery)
         return p.AddResponse(request.rid, p.OK, request.ledger_id, request.entry_id)
+
+    async def _check_first_key(self, ledger_id: int, key: bytes) -> None:
+        """Before the core has a key for this ledger (once it has, the core compares), the one
+        presented must be the metadata's."""
+        if not hmac.compare_digest(await self.gate.master_key(ledger_id), key):
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests, close connections."""

@@ -33,10 +33,11 @@ from storage.errors import (
     NotEnoughBookiesError,
     PlacementPolicyError,
     ReadEntryError,
-    UnauthorizedError,
+    WrongLedgerPasswordError,
 )
 from storage.ledger_metadata import LedgerMetadata, validate_quorum
 from storage.metadata import MetadataStore, join, open_store, paths
+from storage.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,15 @@ class LedgerClient:
 
         ``rng`` drives placement and backoff jitter; ``faults`` is the
         scripted-fault seam for tests (see storage.client.faults).
+        Raises ValueError for a bad config or unreadable TLS files.
         """
         config = (config or ClientConfig()).validate()
+        tls = (client_context(config.tls_trust_certs_file_path, config.tls_certificate_file_path,
+                              config.tls_key_file_path) if config.tls_trust_certs_file_path else None)
         owns = isinstance(metadata_store, str)
         store = await open_store(metadata_store) if owns else metadata_store
         registry = await BookieRegistry(store).start()
-        pool = BookiePool(config, registry.address, faults)
+        pool = BookiePool(config, registry.address, faults, tls)
         ctx = ClientContext(config, store, registry, pool, rng or random.Random(), clock)
         return cls(ctx, owns_store=owns)
 
@@ -173,13 +177,13 @@ class LedgerClient:
         ``recovery=False`` leaves the writer alone; the handle reads up to the
         LAC and can tail (``read_lac``, ``wait_for_lac``) while it grows.
 
-        Raises NoSuchLedgerError, UnauthorizedError (wrong password),
+        Raises NoSuchLedgerError, WrongLedgerPasswordError (an UnauthorizedError: wrong password),
         LedgerRecoveryError (retriable: too few bookies answered).
         """
         self._check_open()
         md, version = await self.get_metadata(ledger_id)
         if md.password != bytes(password):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+            raise WrongLedgerPasswordError(f"wrong password for ledger {ledger_id}")
         if recovery:
             md, version = await LedgerRecovery(self._ctx, ledger_id).run()
             handle = ReadHandle(self._ctx, md, version, last_add_confirmed=md.last_entry_id)

@@ -75,6 +75,13 @@ class ClientConfig:
     max_entry_bytes: int = 5 * 1024 * 1024
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
+    # TLS to the bookies (storage/tls.py): set the trust store to dial every bookie with TLS; a certificate and
+    # key for bookies that require client authentication. Pulsar's bookkeeperTLSTrustCertsFilePath,
+    # bookkeeperTLSCertificateFilePath and bookkeeperTLSKeyFilePath.
+    tls_trust_certs_file_path: str | None = None
+    tls_certificate_file_path: str | None = None
+    tls_key_file_path: str | None = None
+
     @property
     def placement(self) -> PlacementPolicy:
         return PlacementPolicy(self.placement_mode, self.min_zones_per_write_set, self.desired_zones_per_write_set)
@@ -103,6 +110,10 @@ class ClientConfig:
             raise ValueError("batch_read_max_entries and batch_read_max_bytes must be >= 1")
         if self.max_entry_bytes < 1:
             raise ValueError("max_entry_bytes must be >= 1")
+        if (self.tls_certificate_file_path is None) != (self.tls_key_file_path is None):
+            raise ValueError("tls_certificate_file_path and tls_key_file_path go together")
+        if self.tls_certificate_file_path is not None and self.tls_trust_certs_file_path is None:
+            raise ValueError("a TLS client certificate needs tls_trust_certs_file_path (TLS to the bookies)")
         if self.max_entry_bytes + 1024 > self.max_frame_bytes:
             raise ValueError(
                 f"max_entry_bytes ({self.max_entry_bytes}) plus framing must fit in max_frame_bytes ({self.max_frame_bytes})"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
 from typing import Callable
@@ -53,11 +54,13 @@ _CONNECTING, _CONNECTED, _CLOSED = "connecting", "connected", "closed"
 class BookieConnection(asyncio.Protocol):
     """One TCP connection to one bookie, with pipelined requests."""
 
-    def __init__(self, bookie_id: str, host: str, port: int, config: ClientConfig):
+    def __init__(self, bookie_id: str, host: str, port: int, config: ClientConfig,
+                 tls: ssl.SSLContext | None = None):
         self.bookie_id = bookie_id
         self.host = host
         self.port = port
         self._config = config
+        self._tls = tls
         self._loop = asyncio.get_running_loop()
         self._decoder = protocol.FrameDecoder("client", config.max_frame_bytes)
         self._state = _CONNECTING
@@ -79,7 +82,8 @@ class BookieConnection(asyncio.Protocol):
     async def _connect(self) -> None:
         try:
             await asyncio.wait_for(
-                self._loop.create_connection(lambda: self, self.host, self.port),
+                self._loop.create_connection(lambda: self, self.host, self.port, ssl=self._tls,
+                                             server_hostname=self.host if self._tls else None),
                 self._config.connect_timeout_s,
             )
         except (OSError, asyncio.TimeoutError) as exc:
@@ -231,9 +235,11 @@ class BookiePool:
         config: ClientConfig,
         resolve: Callable[[str], tuple[str, int]],
         faults: fault_ops.FaultPlan | None = None,
+        tls: ssl.SSLContext | None = None,
     ):
         self._config = config
         self._resolve = resolve
+        self._tls = tls
         self._conns: dict[str, BookieConnection] = {}
         self.faults = faults
         self._closed = False
@@ -247,7 +253,7 @@ class BookiePool:
                 host, port = self._resolve(bookie_id)
             except ValueError as exc:
                 raise BookieUnavailableError(f"no address for bookie {bookie_id}: {exc}") from exc
-            conn = self._conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config)
+            conn = self._conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config, self._tls)
         return conn
 
     def _send(self, bookie_id: str, op: str, make, timeout_s: float, args: tuple) -> asyncio.Future:

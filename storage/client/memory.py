@@ -28,7 +28,7 @@ from storage.client.config import ClientConfig
 from storage.digest import Entry
 from storage.errors import (
     ClientClosedError, FrameTooLargeError, LedgerClosedError, LedgerFencedError,
-    NoSuchEntryError, NoSuchLedgerError, StorageError, UnauthorizedError,
+    NoSuchEntryError, NoSuchLedgerError, StorageError, UnauthorizedError, WrongLedgerPasswordError,
 )
 from storage.ledger_metadata import validate_quorum
 
@@ -240,7 +240,7 @@ class MemoryLedgerClient:
         self._check_open()
         ledger = self.store._get(ledger_id)
         if ledger.password != bytes(password):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+            raise WrongLedgerPasswordError(f"wrong password for ledger {ledger_id}")
         if recovery and not ledger.closed:
             # Every add here was acknowledged when it was made: the whole ledger is what recovery keeps.
             ledger.fenced, ledger.closed, ledger.last_entry_id = True, True, len(ledger.payloads) - 1

@@ -88,7 +88,7 @@ class AddPipeline:
         """Create the next ledger and add it to the list (a conditional write); it becomes the current one."""
         ml, c = self.ml, self.ml.config
         handle = await ml.client.create_ledger(
-            c.ensemble_size, c.write_quorum_size, c.ack_quorum_size, password=c.password,
+            c.ensemble_size, c.write_quorum_size, c.ack_quorum_size, password=ml.password,
             custom={"managed-ledger": ml.name})
         ml.info.ledgers.append(LedgerInfo(handle.ledger_id, 0, 0, ml.clock()))
         try:

@@ -39,7 +39,6 @@ class ManagedLedgerConfig:
     cursor_state_chunk_bytes: int = 1024 * 1024  # well under the ledger client's 5 MiB max_entry_bytes
     max_unacked_ranges_to_persist_in_metadata_store: int = 1000
     cache_size_mb: float = 64
-    password: bytes = b""
 
     def validate(self) -> "ManagedLedgerConfig":
         """Returns self; raises ManagedLedgerConfigError naming the field."""

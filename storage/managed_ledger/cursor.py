@@ -116,7 +116,7 @@ class ManagedCursor:
         ledger_id = doc.get("cursor_ledger", -1)
         if ledger_id >= 0:
             try:
-                handle = await ml.client.open_ledger(ledger_id, recovery=True, password=ml.config.password)
+                handle = await ml.open_ledger(ledger_id, recovery=True, cursor=name)
                 try:
                     latest = await read_latest_state(handle)
                 finally:

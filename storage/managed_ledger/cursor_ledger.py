@@ -116,7 +116,8 @@ class CursorLedger:
         cursor, ml = self.cursor, self.cursor.ml
         c = ml.config
         new = await ml.client.create_ledger(c.ensemble_size, c.write_quorum_size, c.ack_quorum_size,
-                                            password=c.password, custom={"managed-ledger-cursor": f"{ml.name}/{cursor.name}"})
+                                            password=ml.factory.passwords.cursor_ledger(ml.name, cursor.name),
+                                            custom={"managed-ledger-cursor": f"{ml.name}/{cursor.name}"})
         try:
             await self._add_chunks(new, chunks)
         except StorageError:

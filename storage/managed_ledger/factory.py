@@ -7,6 +7,9 @@ One factory per process serves every topic: ``open`` shares a managed
 ledger between concurrent callers and never opens the same name twice.
 ``hooks`` is the seam for scripted faults in tests (e.g. stopping between
 "removed from the list" and "deleted from the bookies").
+``password_secret`` derives every ledger's password (passwords.py); without
+it ledgers keep the legacy empty password. ``previous_password_secrets``
+still open ledgers created under earlier secrets.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from storage.errors import NoNodeError, StorageError
 from storage.managed_ledger.config import ManagedLedgerConfig
 from storage.managed_ledger.ledger import ManagedLedger
 from storage.managed_ledger.metadata import ROOT, ledger_path
+from storage.managed_ledger.passwords import LedgerPasswords
 from storage.shared_load import SharedLoads
 
 log = logging.getLogger(__name__)
@@ -37,9 +41,11 @@ class Hooks:
 
 
 class ManagedLedgerFactory:
-    def __init__(self, store, client: api.LedgerClient, *, clock=time.time, hooks: Hooks | None = None):
+    def __init__(self, store, client: api.LedgerClient, *, clock=time.time, hooks: Hooks | None = None,
+                 password_secret: bytes | None = None, previous_password_secrets: tuple[bytes, ...] = ()):
         self.store = store
         self.client = client
+        self.passwords = LedgerPasswords(password_secret, previous_password_secrets)
         self.clock = clock
         self.hooks = hooks or Hooks()
         self._ledgers: dict[str, ManagedLedger] = {}

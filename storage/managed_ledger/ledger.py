@@ -42,6 +42,7 @@ from storage.managed_ledger.cache import EntryCache
 from storage.managed_ledger.config import ManagedLedgerConfig
 from storage.managed_ledger.lifecycle import ManagedLedgerState, managed_ledger_lifecycle
 from storage.managed_ledger.metadata import ManagedLedgerInfo, cursor_path, ledger_path, unquote_cursor
+from storage.managed_ledger.passwords import open_with_password
 from storage.managed_ledger.position import Entry, InitialPosition, Position
 from storage.managed_ledger.trimming import Retention, ledgers_to_trim
 
@@ -59,6 +60,7 @@ class ManagedLedger:
         self.clock = factory.clock
         self.name = name
         self.config = config
+        self.password = factory.passwords.data_ledger(name)  # of the data ledgers it creates
         self.path = ledger_path(name)
         self.info = ManagedLedgerInfo()
         self._version = -1
@@ -94,6 +96,13 @@ class ManagedLedger:
         await self._load_cursors()
         return self
 
+    async def open_ledger(self, ledger_id: int, *, recovery: bool, cursor: str | None = None) -> api.ReadHandle:
+        """Open one of this managed ledger's data ledgers (or ``cursor``'s ledger), also under earlier
+        secrets' passwords and the legacy empty one (passwords.py)."""
+        passwords = self.factory.passwords
+        accepted = passwords.accepted_data(self.name) if cursor is None else passwords.accepted_cursor(self.name, cursor)
+        return await open_with_password(self.client, ledger_id, recovery=recovery, passwords=accepted)
+
     @property
     def state(self) -> ManagedLedgerState:
         return self._lifecycle.state
@@ -101,7 +110,7 @@ class ManagedLedger:
     async def _recover_last_ledger(self) -> None:
         last = self.info.ledgers[-1]
         try:
-            handle = await self.client.open_ledger(last.ledger_id, recovery=True, password=self.config.password)
+            handle = await self.open_ledger(last.ledger_id, recovery=True)
         except NoSuchLedgerError:
             handle = None
         if handle is not None:
@@ -269,7 +278,7 @@ class ManagedLedger:
             return await self._read_handle(ledger_id)
         handle = self._read_handles.get(ledger_id)
         if handle is None:
-            handle = await self.client.open_ledger(ledger_id, recovery=False, password=self.config.password)
+            handle = await self.open_ledger(ledger_id, recovery=False)
             self._read_handles[ledger_id] = handle
         return handle
 

@@ -8,10 +8,13 @@
     listledgers                         every ledger id, one per line
     listunderreplicated                 ids of ledgers marked under-replicated, one per line (nothing: healthy)
     decommissionbookie BOOKIE_ID        make a live bookie read-only, re-replicate everything it holds, wait
+                                        (the bookie's HTTP admin token, if it has one: --http-admin-token-file
+                                        or MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN)
     recover BOOKIE_ID                   re-replicate everything a (dead) bookie held now, without the delay; wait
 
 Every command takes ``--metadata-store URL``, before or after the command
-name. Exit codes: 0 success, 1 a verification failure, operation error or
+name, and ``--tls-trust-certs-file`` (``--tls-cert-file``, ``--tls-key-file``)
+when the bookies serve TLS. Exit codes: 0 success, 1 a verification failure, operation error or
 timeout, 2 bad arguments.
 """
 
@@ -30,6 +33,7 @@ from storage.latency import percentile, summary_ms
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+ADMIN_TOKEN_ENV = "MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN"  # the bookie reads its http_admin_token from it too
 
 
 def add_parser(subparsers) -> None:
@@ -39,6 +43,11 @@ def add_parser(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--metadata-store", default=argparse.SUPPRESS,
                         help="zk://host:port[/chroot], file://DIR or memory://name (required)")
+    common.add_argument("--tls-trust-certs-file", default=argparse.SUPPRESS,
+                        help="bookies serve TLS: the CA certificates (PEM) to check them against")
+    common.add_argument("--tls-cert-file", default=argparse.SUPPRESS,
+                        help="client certificate (PEM) for bookies that require client authentication")
+    common.add_argument("--tls-key-file", default=argparse.SUPPRESS, help="the client certificate's key (PEM)")
     shell = subparsers.add_parser("shell", parents=[common], help="operator commands: listbookies, listledgers, "
                                   "listunderreplicated, simpletest, ledger, readledger, deleteledger, "
                                   "decommissionbookie, recover")
@@ -56,6 +65,9 @@ def add_parser(subparsers) -> None:
         sub.add_argument("bookie_id")
         sub.add_argument("--timeout-s", type=float, default=3600.0, help="give up waiting after this long")
         sub.add_argument("--no-wait", action="store_true", help="mark the ledgers and return")
+        if name == "decommissionbookie":
+            sub.add_argument("--http-admin-token-file", help="file holding the bookie's http_admin_token "
+                             "(default: $MAGNETAR_BOOKIE_HTTP_ADMIN_TOKEN)")
 
     simple = command("simpletest", help="write N entries to a new ledger, read back, verify")
     simple.add_argument("-e", "--ensemble", type=int, default=3)
@@ -89,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except (OSError, ValueError) as exc:  # e.g. an unreadable --http-admin-token-file or TLS file
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 async def write_entries(handle, payloads: list[bytes], count: int, window: int) -> tuple[list[int], list[float], float]:
@@ -117,7 +132,10 @@ async def write_entries(handle, payloads: list[bytes], count: int, window: int) 
 
 
 async def _client(args, **config) -> LedgerClient:
-    return await LedgerClient.open(args.metadata_store, ClientConfig(**config))
+    tls = {"tls_trust_certs_file_path": getattr(args, "tls_trust_certs_file", None),
+           "tls_certificate_file_path": getattr(args, "tls_cert_file", None),
+           "tls_key_file_path": getattr(args, "tls_key_file", None)}
+    return await LedgerClient.open(args.metadata_store, ClientConfig(**config, **tls))
 
 
 async def listbookies(args) -> int:
@@ -134,13 +152,14 @@ async def listbookies(args) -> int:
 async def simpletest(args) -> int:
     payloads = [os.urandom(args.size) for _ in range(min(args.entries, 64))]
     async with await _client(args, placement_mode=args.placement) as client:
-        handle = await client.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum)
+        password = os.urandom(16)  # exercises the bookies' master-key check like any writer
+        handle = await client.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum, password=password)
         print(f"ledger {handle.ledger_id} on {', '.join(handle.ensemble)} (E{args.ensemble}/Qw{args.write_quorum}/Qa{args.ack_quorum})")
         ids, latencies, elapsed = await write_entries(handle, payloads, args.entries, args.window)
         await handle.close()
 
         mismatches = [i for i, entry_id in enumerate(ids) if entry_id != i]
-        reader = await client.open_ledger(handle.ledger_id, recovery=False)
+        reader = await client.open_ledger(handle.ledger_id, recovery=False, password=password)
         entries = await reader.read_entries(0, args.entries - 1) if args.entries else []
         await reader.close()
         mismatches += [
@@ -177,7 +196,9 @@ async def ledger(args) -> int:
 
 async def readledger(args) -> int:
     async with await _client(args) as client:
-        reader = await client.open_ledger(args.ledger_id, recovery=not args.no_recovery)
+        # An operator tool with metadata access: the ledger's password is in its metadata.
+        md, _ = await client.get_metadata(args.ledger_id)
+        reader = await client.open_ledger(args.ledger_id, recovery=not args.no_recovery, password=md.password)
         last = reader.last_add_confirmed if args.last is None else min(args.last, reader.last_add_confirmed)
         if last >= args.first:
             for entry in await reader.read_entries(args.first, last):
@@ -225,7 +246,7 @@ async def _move_off(args, decommission: bool) -> int:
 
     async with await _client(args) as client:
         if decommission:
-            await admin.set_read_only(client, args.bookie_id)
+            await admin.set_read_only(client, args.bookie_id, _admin_token(args))
             print(f"bookie {args.bookie_id} is read-only; no new data goes to it")
         marked = await admin.mark_bookie(client, args.bookie_id)
         print(f"marked {len(marked)} ledgers with fragments on {args.bookie_id} for re-replication")
@@ -236,6 +257,14 @@ async def _move_off(args, decommission: bool) -> int:
                   + ("; it can be stopped" if decommission else ""))
             return 0
     return EXIT_FAILED
+
+
+def _admin_token(args) -> str | None:
+    path = getattr(args, "http_admin_token_file", None)
+    if path:
+        with open(path) as f:
+            return f.read().strip() or None
+    return os.environ.get(ADMIN_TOKEN_ENV) or None
 
 
 async def decommissionbookie(args) -> int:

@@ -35,7 +35,8 @@ def test_broker_and_client_bind_the_same_codes_with_the_same_flags():
     (be.TopicTerminatedError, ce.TopicTerminated), (be.ProducerBusyError, ce.ProducerBusy),
     (be.InvalidTopicNameError, ce.InvalidTopicName), (be.IncompatibleSchemaError, ce.IncompatibleSchema),
     (be.ConsumerAssignError, ce.ConsumerAssignError), (be.NotAllowedError, ce.NotAllowed),
-    (be.ProducerFencedError, ce.ProducerFenced), (be.AuthorizationError, ce.AuthorizationError), (ConflictError, ce.NotAllowed), (NotFoundError, ce.TopicNotFound),
+    (be.ProducerFencedError, ce.ProducerFenced), (be.AuthorizationError, ce.AuthorizationError),
+    (be.AuthenticationError, ce.AuthenticationError), (ConflictError, ce.NotAllowed), (NotFoundError, ce.TopicNotFound),
 ])
 def test_a_broker_error_reaches_the_client_as_its_class(broker_cls, client_cls):
     sent = broker_cls("why")

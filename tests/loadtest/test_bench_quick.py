@@ -114,3 +114,14 @@ def test_recovery_suite_quick_times_the_repair_beside_the_disk(tmp_path):
     assert "kill -9 of a bookie to fully replicated" in result.stdout
     assert 0 < r["detection_s"] < r["kill_to_replicated_s"] and r["repair_s"] > 0
     assert r["rereplicated_mb"] > 0 and r["rereplication_mb_per_s"] > 0 and r["disk_fsync_64k_mb_per_s"] > 0
+
+
+def test_tls_suite_quick_measures_tls_beside_plain(tmp_path):
+    result, doc = run_suite("tls", tmp_path, timeout_s=600)
+    assert "produce over pulsar+ssl:// beside pulsar://" in result.stdout
+    r = doc["results"]
+    for client in ("official", "magnetar_sync"):
+        for size in (100, 16 * 1024):
+            figure = r[f"{client}_{size}"]
+            assert figure["plain_msg_per_s"] > 0 and figure["tls_msg_per_s"] > 0
+            assert figure["ratio"] == figure["runs"][0]["tls"] / figure["runs"][0]["plain"]

@@ -44,6 +44,7 @@ CLIENT_CLASSES = {
     pb.ConsumerAssignError: ("ConsumerAssignError", magnetar.Result.ConsumerAssignError),
     pb.NotAllowedError: ("NotAllowed", magnetar.Result.NotAllowedError),
     pb.ProducerFenced: ("ProducerFenced", magnetar.Result.ProducerFenced),
+    pb.AuthenticationError: ("AuthenticationError", magnetar.Result.AuthenticationError),
     pb.AuthorizationError: ("AuthorizationError", magnetar.Result.AuthorizationError),
 }
 

@@ -125,6 +125,11 @@ HANDSHAKE_ROWS = [
     (Role.SERVER, [("recv", CONNECT), ("send", AUTH_CHALLENGE), ("recv", AUTH_RESPONSE), ("send", CONNECTED)],
      SessionState.CONNECTED, [Frame, Frame]),
     (Role.SERVER, [("recv", CONNECT), ("send", AUTH_CHALLENGE), ("send", CONNECT_ERROR)], SessionState.CLOSED, [Frame]),
+    # refreshing an expired credential on a live session: it stays CONNECTED
+    (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED), ("recv", AUTH_CHALLENGE), ("send", AUTH_RESPONSE)],
+     SessionState.CONNECTED, [Connected, Frame]),
+    (Role.SERVER, [("recv", CONNECT), ("send", CONNECTED), ("send", AUTH_CHALLENGE), ("recv", AUTH_RESPONSE)],
+     SessionState.CONNECTED, [Frame, Frame]),
 ]
 
 
@@ -145,6 +150,23 @@ def test_every_handshake_transition_is_exercised():
             run(session, [(direction, cmd)])
             seen.add((role, before, "sent" if direction == "send" else "received", cmd.type))
     assert seen == set(SESSION_TRANSITIONS)
+
+
+@pytest.mark.parametrize("role", [Role.CLIENT, Role.SERVER])
+def test_a_refresh_leaves_producers_consumers_and_requests_alone(role):
+    """AUTH_CHALLENGE / AUTH_RESPONSE in the middle of traffic: handles and outstanding requests are untouched,
+    and commands keep flowing both ways while the challenge is open."""
+    session = connected(role)
+    mirror = (lambda d: d) if role is Role.CLIENT else (lambda d: _MIRROR[d])
+    run(session, [(mirror("send"), producer(1, 10)), (mirror("recv"), producer_success(10)),
+                  (mirror("send"), lookup(5))])
+    run(session, [(mirror("recv"), AUTH_CHALLENGE), (mirror("recv"), PING) if role is Role.CLIENT else
+                  (mirror("send"), lookup_response(5)), (mirror("send"), AUTH_RESPONSE)])
+    assert session.state is SessionState.CONNECTED and session.producer_state(1) is HandleState.READY
+    if role is Role.CLIENT:
+        assert session.outstanding() == {5}
+        [event] = receive(session, encode_command(lookup_response(5)))
+        assert type(event) is Response
 
 
 def test_connected_and_refused_carry_what_the_broker_said():
@@ -178,7 +200,10 @@ VIOLATIONS = [
     (Role.SERVER, [("recv", CONNECT), ("send", CONNECTED)], ("send", CONNECTED), DuplicateConnect),
     (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("recv", CONNECTED), DuplicateConnect),
     (Role.CLIENT, [], ("send", AUTH_RESPONSE), IllegalTransition),
-    (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("recv", AUTH_CHALLENGE), IllegalTransition),
+    (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("send", AUTH_CHALLENGE), IllegalTransition),
+    (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("recv", AUTH_RESPONSE), IllegalTransition),
+    (Role.SERVER, [("recv", CONNECT), ("send", CONNECTED)], ("recv", AUTH_CHALLENGE), IllegalTransition),
+    (Role.SERVER, [("recv", CONNECT), ("send", CONNECTED)], ("send", AUTH_RESPONSE), IllegalTransition),
     (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("recv", success(99)), UnknownRequestId),
     (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED)], ("recv", lookup_response(5)), UnknownRequestId),
     (Role.CLIENT, [("send", CONNECT), ("recv", CONNECTED), ("send", lookup(5)), ("recv", lookup_response(5))],

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from broker.config import BrokerConfig
-from broker.errors import AuthorizationError
+from broker.errors import AuthorizationError, TopicNotFoundError
 from broker.http import build_app
 from broker.ownership.resources import (
     AUTH_ACTIONS, InvalidPoliciesError, NamespacePolicies, Resources, TenantInfo, normalize_auth_policies, parse_actions,
@@ -400,3 +400,12 @@ async def test_a_node_that_is_not_a_policies_document_grants_nothing(authz, data
     assert not await authz.authz.allowed("app", topic, Need.LOOKUP)
     assert not await authz.authz.allowed("app", "bare", Need.TENANT_ADMIN)
     assert await authz.authz.allowed("root", topic, Need.PRODUCE)
+
+
+async def test_a_topic_in_a_missing_namespace_is_not_found_rather_than_refused(authz):
+    """Pulsar's answer (the official client's suite expects TopicNotFound creating a producer on tenant/ns/x)."""
+    with pytest.raises(TopicNotFoundError, match="does not exist"):
+        await authz.authz.check("someone", parse_topic("persistent://nowhere/ns/x"), Need.PRODUCE)
+    await authz.resources.update_auth_policies(parse_namespace("t/ns"), _grant("app", ["produce"]))
+    with pytest.raises(AuthorizationError):  # an existing namespace without a grant is a refusal
+        await authz.authz.check("someone", parse_topic("persistent://t/ns/x"), Need.PRODUCE)

@@ -406,3 +406,18 @@ def test_a_bad_cluster_is_refused(standalone, name, body, status, reason):
     got, answer = admin_call(standalone, "PUT", f"/admin/v2/clusters/{name}", body)
     assert got == status and reason in answer["reason"]
     assert admin_call(standalone, "GET", f"/admin/v2/clusters/{name}")[0] in (404, 412)
+
+
+def test_magnetar_connects_through_the_listener_it_names(listener_broker):
+    import magnetar
+
+    broker, forwarder, _ = listener_broker
+    topic = "persistent://public/default/magnetar-via-external"
+    client = magnetar.Client(broker.service_url, listener_name="external", operation_timeout_seconds=15)
+    try:
+        consumer = client.subscribe(topic, "s")
+        client.create_producer(topic).send(topic.encode())
+        assert payloads(receive_n(consumer, 1)) == [topic.encode()]
+    finally:
+        client.close()
+    assert forwarder.accepted >= 1  # the lookup under "external" sent it to 127.0.0.2, through the forwarder

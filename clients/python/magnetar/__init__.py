@@ -8,6 +8,7 @@ from magnetar.asyncio.consumer import ConsumerType, InitialPosition
 from magnetar.asyncio.dead_letter import DeadLetterPolicy
 from magnetar.asyncio.partitioned import PartitionsRoutingMode
 from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
+from magnetar.auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
 from magnetar.errors import MagnetarError, Result
@@ -18,5 +19,5 @@ from magnetar.sync import Client, Consumer, Producer, Reader
 ConsumerDeadLetterPolicy = DeadLetterPolicy
 PulsarException = MagnetarError
 
-__all__ = ["BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
+__all__ = ["Authentication", "AuthenticationBasic", "AuthenticationTLS", "AuthenticationToken", "BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader", "Result"]

@@ -36,6 +36,11 @@ class BrokerPersistenceError(MagnetarError):
     result = Result.BrokerPersistenceError
 
 
+@_code(_pb.AuthenticationError)
+class AuthenticationError(MagnetarError):
+    result = Result.AuthenticationError
+
+
 @_code(_pb.AuthorizationError)
 class AuthorizationError(MagnetarError):
     result = Result.AuthorizationError

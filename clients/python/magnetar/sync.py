@@ -27,7 +27,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from magnetar.asyncio.client import AsyncClient
-from magnetar.errors import AlreadyClosed, ProducerQueueIsFull, Result, result_of
+from magnetar.errors import AlreadyClosed, InvalidConfiguration, ProducerQueueIsFull, Result, result_of
 from magnetar.message import MessageId
 
 log = logging.getLogger(__name__)
@@ -47,16 +47,31 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class Client:
-    def __init__(self, service_url: str, operation_timeout_seconds: float = 30, **_ignored):
+    def __init__(self, service_url: str, authentication=None, operation_timeout_seconds: float = 30,
+                 tls_trust_certs_file_path: str | None = None, tls_allow_insecure_connection: bool = False,
+                 tls_validate_hostname: bool = False, listener_name: str | None = None,
+                 tls_private_key_file_path: str | None = None, tls_certificate_file_path: str | None = None,
+                 **unsupported):
+        """The official client's options where magnetar implements them (see AsyncClient). Any other option of
+        pulsar.Client (io_threads, logger, ...) raises InvalidConfiguration: never silently ignored."""
+        if unsupported:
+            raise InvalidConfiguration(f"magnetar.Client does not support the option(s) {', '.join(sorted(unsupported))}")
+        options = dict(authentication=authentication, operation_timeout_seconds=operation_timeout_seconds,
+                       tls_trust_certs_file_path=tls_trust_certs_file_path,
+                       tls_allow_insecure_connection=tls_allow_insecure_connection,
+                       tls_validate_hostname=tls_validate_hostname, listener_name=listener_name,
+                       tls_private_key_file_path=tls_private_key_file_path,
+                       tls_certificate_file_path=tls_certificate_file_path)
+        AsyncClient.check_options(service_url, **options)  # bad options fail here, before a thread starts
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="magnetar-client", daemon=True)
         self._thread.start()
-        self._async = self._run(self._make(service_url, operation_timeout_seconds))
+        self._async = self._run(self._make(service_url, options))
         self._producers: list[Producer] = []
         self._closed = False
 
-    async def _make(self, url, timeout):
-        return AsyncClient(url, operation_timeout_seconds=timeout)
+    async def _make(self, url, options):
+        return AsyncClient(url, **options)
 
     def _run(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -4,6 +4,7 @@ rewinds, and delivery goes on (a loop that died was a silent stall of the whole 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
@@ -144,3 +145,15 @@ async def test_a_publish_as_the_active_consumer_leaves_loses_no_entry():
     finally:
         await dispatcher.close()
     assert second.sent == [(1, i) for i in range(6)]
+
+
+def test_reads_are_bounded_by_bytes_at_the_recent_entry_size():
+    dispatcher = SingleActiveConsumerDispatcher(Subscription(Cursor(5)), max_read_batch_size=100)
+    dispatcher.max_read_bytes = 10 * 1024 * 1024
+    assert dispatcher.bounded_by_bytes(100) == 100  # nothing read yet: no estimate
+    dispatcher._note_sizes([SimpleNamespace(data=b"x" * (5 * 1024 * 1024))] * 3)
+    assert dispatcher.bounded_by_bytes(100) == 2  # two 5 MiB entries fill 10 MiB
+    dispatcher._note_sizes([SimpleNamespace(data=b"x" * 100)] * 50)
+    assert dispatcher.bounded_by_bytes(100) == 100  # small entries again: the count bound applies
+    dispatcher.max_read_bytes = 1
+    assert dispatcher.bounded_by_bytes(100) == 1  # always at least one entry

@@ -13,26 +13,36 @@ from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPositi
 from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
+from magnetar.auth import Authentication
 from magnetar.errors import (
     AlreadyClosed, ConnectError, InvalidConfiguration, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound,
     for_code,
 )
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.tls import TlsOptions, client_context, parse_service_url
 
 T = pb.BaseCommand
 MAX_REDIRECTS = 10
 
 
-def _address(url: str) -> str:
-    if not url.startswith("pulsar://"):
-        raise ValueError(f"service URL must look like pulsar://host:port, got {url!r}")
-    return url[len("pulsar://"):].rstrip("/")
-
-
 class AsyncClient:
-    def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30, rng: random.Random | None = None):
-        self.service_address = _address(service_url)
+    """``authentication``: a magnetar.auth method (AuthenticationToken / AuthenticationBasic / AuthenticationTLS).
+    TLS (a ``pulsar+ssl://`` URL) takes the official client's ``tls_*`` options (magnetar/tls.py).
+    ``listener_name`` asks lookups for the broker's address on that advertised listener."""
+
+    def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30, rng: random.Random | None = None,
+                 authentication: Authentication | None = None, tls_trust_certs_file_path: str | None = None,
+                 tls_allow_insecure_connection: bool = False, tls_validate_hostname: bool = False,
+                 tls_certificate_file_path: str | None = None, tls_private_key_file_path: str | None = None,
+                 listener_name: str | None = None):
+        self.service_address, self.use_tls, self.ssl_context = self.check_options(
+            service_url, authentication=authentication, tls_trust_certs_file_path=tls_trust_certs_file_path,
+            tls_allow_insecure_connection=tls_allow_insecure_connection, tls_validate_hostname=tls_validate_hostname,
+            tls_certificate_file_path=tls_certificate_file_path, tls_private_key_file_path=tls_private_key_file_path,
+            listener_name=listener_name, operation_timeout_seconds=operation_timeout_seconds)
+        self.authentication = authentication
+        self.listener_name = listener_name
         self.operation_timeout_s = operation_timeout_seconds
         self.rng = rng or random.Random()
         self._connections: dict[str, Connection] = {}
@@ -41,6 +51,29 @@ class AsyncClient:
         self._handlers: list = []
         self.max_message_size = 5 * 1024 * 1024
         self.closed = False
+
+    @staticmethod
+    def check_options(service_url: str, *, authentication=None, tls_trust_certs_file_path=None,
+                      tls_allow_insecure_connection=False, tls_validate_hostname=False, tls_certificate_file_path=None,
+                      tls_private_key_file_path=None, listener_name=None, operation_timeout_seconds=30):
+        """(broker address, uses TLS, SSL context or None) for these options. Raises ValueError for a wrong type
+        or URL, InvalidConfiguration for options that do not fit together or files that cannot be loaded."""
+        address, use_tls = parse_service_url(service_url)
+        if authentication is not None and not isinstance(authentication, Authentication):
+            raise ValueError(f"authentication must be a magnetar authentication (magnetar.AuthenticationToken, "
+                             f"AuthenticationBasic, AuthenticationTLS), not {type(authentication).__module__}."
+                             f"{type(authentication).__name__}")
+        if listener_name is not None and not isinstance(listener_name, str):
+            raise ValueError("Argument listener_name is expected to be of type 'str'")
+        if not isinstance(operation_timeout_seconds, (int, float)) or operation_timeout_seconds <= 0:
+            raise ValueError(f"operation_timeout_seconds must be a positive number, got {operation_timeout_seconds!r}")
+        tls = TlsOptions(tls_trust_certs_file_path, tls_validate_hostname, tls_allow_insecure_connection,
+                         tls_certificate_file_path, tls_private_key_file_path)
+        client_cert = authentication.client_certificate() if authentication is not None else None
+        if client_cert is not None and not use_tls:
+            raise InvalidConfiguration("AuthenticationTLS presents a client certificate in the TLS handshake: it "
+                                       "needs a pulsar+ssl:// service URL")
+        return address, use_tls, (client_context(tls, client_cert) if use_tls else None)
 
     def next_handler_id(self) -> int:
         return next(self._ids)
@@ -65,7 +98,8 @@ class AsyncClient:
             pending = asyncio.get_running_loop().create_future()
             self._connecting[address] = pending
             try:
-                conn = await Connection.open(address, self.operation_timeout_s)
+                conn = await Connection.open(address, self.operation_timeout_s, ssl_context=self.ssl_context,
+                                             authentication=self.authentication)
                 self._connections[address] = conn
                 self.max_message_size = conn.max_message_size
                 pending.set_result(conn)
@@ -83,15 +117,28 @@ class AsyncClient:
         address, authoritative = self.service_address, False
         for _ in range(MAX_REDIRECTS):
             conn = await self.connection(address)
-            resp = await conn.request(T.LOOKUP, "lookupTopic", pb.CommandLookupTopic(
-                topic=topic, request_id=conn.next_request_id(), authoritative=authoritative))
+            lookup = pb.CommandLookupTopic(topic=topic, request_id=conn.next_request_id(), authoritative=authoritative)
+            if self.listener_name is not None:
+                lookup.advertised_listener_name = self.listener_name
+            resp = await conn.request(T.LOOKUP, "lookupTopic", lookup)
             if resp.response == pb.CommandLookupTopicResponse.Failed:
                 raise for_code(resp.error, resp.message)
-            target = _address(resp.brokerServiceUrl)
+            target = self._broker_address(resp, topic)
             if resp.response == pb.CommandLookupTopicResponse.Connect:
                 return target
             address, authoritative = target, resp.authoritative
         raise ServiceNotReady(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")
+
+    def _broker_address(self, resp, topic: str) -> str:
+        """The lookup answer's URL for our scheme (the broker fills both; we pick, as the official client does)."""
+        url = resp.brokerServiceUrlTls if self.use_tls else resp.brokerServiceUrl
+        if not url:
+            scheme = "pulsar+ssl://" if self.use_tls else "pulsar://"
+            raise ConnectError(f"the broker serving {topic} has no {scheme} listener")
+        address, tls = parse_service_url(url)
+        if tls != self.use_tls:
+            raise ConnectError(f"lookup of {topic} answered {url!r} for a {'TLS' if self.use_tls else 'plain'} client")
+        return address
 
     async def connection_for(self, topic: str) -> Connection:
         return await self.connection(await self.lookup(topic))

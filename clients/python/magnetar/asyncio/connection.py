@@ -13,6 +13,7 @@ import logging
 
 from magnetar.asyncio import inbound
 from magnetar.asyncio.keepalive import KeepAliveTimer
+from magnetar.auth import connect_command
 from magnetar.errors import ConnectError, MagnetarError, Timeout
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.errors import ProtocolError, ProtocolViolation
@@ -26,8 +27,9 @@ PROTOCOL_VERSION = 20
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, address: str, operation_timeout_s: float, keep_alive_s: float = 30.0):
+    def __init__(self, address: str, operation_timeout_s: float, keep_alive_s: float = 30.0, authentication=None):
         self.address = address
+        self.authentication = authentication  # magnetar.auth: CONNECT's credentials, and AUTH_CHALLENGE's answer
         self.operation_timeout_s = operation_timeout_s
         self.session = PulsarSession(Role.CLIENT, keep_alive_s=keep_alive_s)
         self.transport: asyncio.Transport | None = None
@@ -41,16 +43,20 @@ class Connection(asyncio.Protocol):
         self.closed = False
 
     @classmethod
-    async def open(cls, address: str, operation_timeout_s: float) -> "Connection":
+    async def open(cls, address: str, operation_timeout_s: float, *, ssl_context=None,
+                   authentication=None) -> "Connection":
+        """``ssl_context`` (magnetar.tls): TLS to the broker, its handshake failures raised as ConnectError."""
         host, _, port = address.partition(":")
-        conn = cls(address, operation_timeout_s)
+        connect = connect_command(CLIENT_VERSION, PROTOCOL_VERSION, authentication)  # a failing supplier: no socket
+        conn = cls(address, operation_timeout_s, authentication=authentication)
         conn.handshake = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().create_connection(lambda: conn, host, int(port)),
-                                   operation_timeout_s)
+            await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+                lambda: conn, host, int(port), ssl=ssl_context, server_hostname=host if ssl_context else None),
+                operation_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
-        conn.write(T.CONNECT, connect=pb.CommandConnect(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION))
+        conn.write(T.CONNECT, connect=connect)
         try:
             await asyncio.wait_for(asyncio.shield(conn.handshake), operation_timeout_s)
         except asyncio.TimeoutError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from magnetar.auth import auth_response_command
 from magnetar.errors import for_code
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.session import Connected, ConnectRefused, Response
@@ -104,7 +105,22 @@ def _close_consumer(conn, frame) -> None:
         handler.on_connection_lost(conn)
 
 
+def _auth_challenge(conn, frame) -> None:
+    """The broker wants fresh credentials (an expired token; or a multi-round method): answer with new data."""
+    from magnetar.asyncio.connection import CLIENT_VERSION, PROTOCOL_VERSION
+
+    try:
+        response = auth_response_command(CLIENT_VERSION, PROTOCOL_VERSION, conn.authentication,
+                                         frame.command.authChallenge)
+    except Exception as exc:  # a token supplier is the application's code: its failure ends this connection only
+        log.warning("closing connection to %s: no credentials for the broker's challenge: %s", conn.address, exc)
+        conn.close()
+        return
+    conn.write(T.AUTH_RESPONSE, authResponse=response)
+
+
 _FRAMES = {
+    T.AUTH_CHALLENGE: _auth_challenge,
     T.MESSAGE: _message,
     T.SEND_RECEIPT: _receipt,
     T.SEND_ERROR: _send_error,

@@ -6,7 +6,8 @@ it; nothing else may change its state. What it decides:
 
 * the handshake, in ``SESSION_TRANSITIONS`` (a server's CONNECT is answered by the application, which then
   sends CONNECTED, AUTH_CHALLENGE or ERROR through ``send``):
-  AWAIT_CONNECT -> (AUTHENTICATING ->) CONNECTED -> CLOSED. A server that
+  AWAIT_CONNECT -> (AUTHENTICATING ->) CONNECTED -> CLOSED, and AUTH_CHALLENGE / AUTH_RESPONSE on a
+  CONNECTED session to refresh an expiring credential. A server that
   receives anything but the handshake before CONNECTED raises
   CommandBeforeConnect; a second CONNECT raises DuplicateConnect. An ERROR
   answering the handshake refuses the session (CLOSED). A client trusts the
@@ -87,6 +88,13 @@ SESSION_TRANSITIONS = {
     (C.SERVER, S.AUTHENTICATING, SENT, T.AUTH_CHALLENGE): S.AUTHENTICATING,
     (C.SERVER, S.AUTHENTICATING, SENT, T.CONNECTED): S.CONNECTED,
     (C.SERVER, S.AUTHENTICATING, SENT, T.ERROR): S.CLOSED,
+    # Refresh on a live session (Pulsar's authenticationRefreshCheckSeconds): when a credential expires the
+    # server challenges and the client answers with a fresh one; the session stays CONNECTED throughout, so
+    # producers and consumers carry on. Whether the answer is good is the application's call.
+    (C.SERVER, S.CONNECTED, SENT, T.AUTH_CHALLENGE): S.CONNECTED,
+    (C.SERVER, S.CONNECTED, RECEIVED, T.AUTH_RESPONSE): S.CONNECTED,
+    (C.CLIENT, S.CONNECTED, RECEIVED, T.AUTH_CHALLENGE): S.CONNECTED,
+    (C.CLIENT, S.CONNECTED, SENT, T.AUTH_RESPONSE): S.CONNECTED,
 }
 _HANDSHAKE = {T.CONNECT, T.CONNECTED, T.AUTH_CHALLENGE, T.AUTH_RESPONSE}
 _UNCONNECTED = {S.AWAIT_CONNECT, S.AUTHENTICATING}
