@@ -32,6 +32,8 @@ from magnetar.protocol.session import PulsarSession, Role, SessionState
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
+FRAMES_PER_TURN = 100
+FRAMES_WAITING = "frames read and not yet handled"
 
 
 class ServerConnection(asyncio.Protocol):
@@ -78,7 +80,19 @@ class ServerConnection(asyncio.Protocol):
             self.session.receive_data(data)
         except ProtocolError as exc:
             return self._drop(exc)
-        while not self.closed:
+        self.handle_frames()
+
+    def handle_frames(self) -> None:
+        """Handle what has arrived, at most FRAMES_PER_TURN frames per turn of the event loop: one read can hold
+        thousands of small frames, and a client sending them back to back must not hold the loop (every other
+        client's turn) for all of them. Reading pauses until every frame read is handled."""
+        for _ in range(FRAMES_PER_TURN):
+            if self.closed:
+                return
+            if self.tasks.holding_frames:
+                # Nothing more is read while frames already read wait: the session would queue them unbounded.
+                self.tasks.pause_reading(FRAMES_WAITING)
+                return
             try:
                 frame = self.session.next_event()
             except CommandBeforeConnect as exc:
@@ -87,8 +101,11 @@ class ServerConnection(asyncio.Protocol):
                 dispatch.refuse(self, exc)
                 continue
             if frame is None:
+                self.tasks.resume_reading(FRAMES_WAITING)
                 return
             dispatch.handle(self, frame)
+        self.tasks.pause_reading(FRAMES_WAITING)
+        asyncio.get_running_loop().call_soon(self.handle_frames)
 
     def connection_lost(self, exc) -> None:
         self.closed = True

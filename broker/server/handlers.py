@@ -351,6 +351,7 @@ def on_ack(conn, frame) -> None:
     ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
+    conn.tasks.ack_started(len(ids))
 
     async def run():
         try:
@@ -362,6 +363,8 @@ def on_ack(conn, frame) -> None:
             else:
                 log.warning("ack from %s failed: %s", conn.remote_address, exc)
             return
+        finally:
+            conn.tasks.ack_finished(len(ids))
         if request_id is not None:
             conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(consumer_id=c.consumer_id, request_id=request_id))
 

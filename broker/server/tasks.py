@@ -13,12 +13,25 @@ log = logging.getLogger(__name__)
 # Pulsar's maxPendingPublishRequestsPerConnection: stop reading the socket beyond this many unanswered sends.
 MAX_PENDING_SENDS = 1000
 PENDING_SENDS = "unanswered sends"
+# Ours: and beyond one maximum-size message's worth of unanswered send bytes (max_message_size). The journal
+# writes entries in arrival order, so every byte a connection has in flight is written before the next client's
+# message: a producer pushing 5 MiB messages as fast as it can would otherwise put the whole broker-wide publish
+# buffer (maxMessagePublishBufferSizeInMB) ahead of everyone else, seconds of disk time.
+PENDING_SEND_BYTES = "unanswered send bytes"
+# Ours, in the same spirit: beyond this many message ids in ACKs not yet applied, the connection's reading and
+# the handling of frames already read wait. An ACK's work is the broker's CPU (and a cursor write); unbounded,
+# a client flooding ACKs queues work ahead of every other client's on the one event loop. One full ACK group
+# of the clients (ackGroupingMaxSize, 1,000 ids) may be in flight.
+MAX_PENDING_ACK_IDS = 1000
+PENDING_ACKS = "unapplied acks"
 
 
 class CommandTasks:
     def __init__(self, conn):
         self.conn = conn
         self.pending_sends = 0
+        self.pending_send_bytes = 0
+        self.pending_ack_ids = 0
         self._paused_for: set[str] = set()  # why reading is paused (PENDING_SENDS, limits.PUBLISH_BUFFER)
         self._tasks: set[asyncio.Task] = set()
 
@@ -63,15 +76,38 @@ class CommandTasks:
 
     def send_started(self, nbytes: int) -> None:
         self.pending_sends += 1
+        self.pending_send_bytes += nbytes
         self.conn.service.publish_buffer.add(self.conn, nbytes)
         if self.pending_sends >= MAX_PENDING_SENDS:
             self.pause_reading(PENDING_SENDS)
+        if self.pending_send_bytes >= self.conn.config.max_message_size:
+            self.pause_reading(PENDING_SEND_BYTES)
 
     def send_finished(self, nbytes: int) -> None:
         self.pending_sends -= 1
+        self.pending_send_bytes -= nbytes
         self.conn.service.publish_buffer.release(nbytes)
         if self.pending_sends <= MAX_PENDING_SENDS // 2:
             self.resume_reading(PENDING_SENDS)
+        if self.pending_send_bytes < self.conn.config.max_message_size // 2:
+            self.resume_reading(PENDING_SEND_BYTES)
+
+    def ack_started(self, ids: int) -> None:
+        self.pending_ack_ids += ids
+        if self.pending_ack_ids >= MAX_PENDING_ACK_IDS:
+            self.pause_reading(PENDING_ACKS)
+
+    def ack_finished(self, ids: int) -> None:
+        self.pending_ack_ids -= ids
+        if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2 and PENDING_ACKS in self._paused_for:
+            self.resume_reading(PENDING_ACKS)
+            if not self.conn.closed:
+                asyncio.get_running_loop().call_soon(self.conn.handle_frames)  # the frames held meanwhile
+
+    @property
+    def holding_frames(self) -> bool:
+        """Frames already read wait too (the connection's next ACK may be in them)."""
+        return PENDING_ACKS in self._paused_for
 
     def pause_reading(self, reason: str) -> None:
         """Stop reading this connection's socket for ``reason``; it reads again once no reason is left."""

@@ -142,7 +142,7 @@ class Subscription:
         persisted, whole = [], []
         for position, ack_set, batch_size in ids:
             if ack_set is not None:
-                batch_size = self._batch_size(consumer, position, batch_size)
+                batch_size = self._batch_size(consumer, position, ack_set, batch_size)
                 if batch_size <= 0:
                     continue  # we cannot tell which messages were meant: keep the entry (at-least-once)
                 remaining = longs_to_mask(ack_set, batch_size)
@@ -162,18 +162,20 @@ class Subscription:
         for fut in persisted:
             await fut
 
-    def _batch_size(self, consumer: Consumer, position, claimed: int) -> int:
+    def _batch_size(self, consumer: Consumer, position, ack_set: list[int], claimed: int) -> int:
         """The batch size an ack's bitset is read against: what the broker dispatched when it tracked the entry
         (the official C++ client sends the bitset without one), else the client's claim, bounded like a
-        published batch's count -- a client cannot make the broker build a 2^31-message batch."""
+        published batch's count and by the bits the bitset itself carries (64 per long, as a client writes a
+        batch's bitset) -- a client cannot make the broker build a 2^31-message batch, nor keep 100,000 bits of
+        state for each entry it names with a one-long bitset."""
         known = consumer.pending.batch_size(position)
         if known:
             return known
-        return min(max(claimed, 0), self.topic.config.max_num_messages_in_batch)
+        return min(max(claimed, 0), 64 * len(ack_set), self.topic.config.max_num_messages_in_batch)
 
     async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
         if ack_set is not None:
-            batch_size = self._batch_size(consumer, position, batch_size)
+            batch_size = self._batch_size(consumer, position, ack_set, batch_size)
         partial = None
         remaining = longs_to_mask(ack_set, batch_size) if ack_set is not None and batch_size > 0 else 0
         if remaining:

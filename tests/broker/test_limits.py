@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from broker.server.limits import PUBLISH_BUFFER, ConnectionLimits, PublishBuffer
-from broker.server.tasks import MAX_PENDING_SENDS, CommandTasks
+from broker.server.tasks import MAX_PENDING_ACK_IDS, MAX_PENDING_SENDS, CommandTasks
 
 
 def test_connection_limits_count_in_all_and_per_address():
@@ -37,8 +38,10 @@ class Transport:
         self.reading = True
 
 
-def _connection(buffer: PublishBuffer):
-    conn = SimpleNamespace(transport=Transport(), closed=False, service=SimpleNamespace(publish_buffer=buffer))
+def _connection(buffer: PublishBuffer, max_message_size: int = 5 * 1024 * 1024):
+    conn = SimpleNamespace(transport=Transport(), closed=False, service=SimpleNamespace(publish_buffer=buffer),
+                           config=SimpleNamespace(max_message_size=max_message_size), handled=0)
+    conn.handle_frames = lambda: setattr(conn, "handled", conn.handled + 1)
     conn.tasks = CommandTasks(conn)
     return conn
 
@@ -69,3 +72,30 @@ def test_two_reasons_to_pause_release_independently():
     for _ in range(MAX_PENDING_SENDS):
         conn.tasks.send_finished(1)
     assert conn.transport.reading
+
+
+def test_a_connection_pauses_at_one_maximum_message_of_unanswered_send_bytes():
+    conn = _connection(PublishBuffer(limit_bytes=0), max_message_size=1000)
+    conn.tasks.send_started(600)
+    assert conn.transport.reading
+    conn.tasks.send_started(400)  # 1000: one maximum-size message in flight
+    assert not conn.transport.reading
+    conn.tasks.send_finished(600)  # 400 < 500: reading again
+    assert conn.transport.reading and conn.tasks.pending_send_bytes == 400
+
+
+def test_acks_not_yet_applied_hold_reading_and_frames_until_half_are_done():
+    async def scenario():
+        conn = _connection(PublishBuffer(limit_bytes=0))
+        conn.tasks.ack_started(MAX_PENDING_ACK_IDS - 1)
+        assert conn.transport.reading and not conn.tasks.holding_frames
+        conn.tasks.ack_started(1)
+        assert not conn.transport.reading and conn.tasks.holding_frames
+        conn.tasks.ack_finished(1)  # above half: still held
+        assert conn.tasks.holding_frames
+        conn.tasks.ack_finished(MAX_PENDING_ACK_IDS // 2)
+        assert conn.transport.reading and not conn.tasks.holding_frames
+        await asyncio.sleep(0)  # one loop turn: the frames held meanwhile are handled
+        assert conn.handled == 1
+
+    asyncio.run(scenario())
