@@ -58,7 +58,7 @@ NAMESPACES = ["public/default", "", "public", "nosuchtenant/ns", "public/default
 
 
 class SessionMachine(RuleBasedStateMachine):
-    """One raw connection; ``broker``, ``topics``, ``good`` and ``log_start`` are set by the test."""
+    """One raw connection per example; the test sets ``broker``, ``topics``, ``good`` and ``seen`` on a subclass."""
 
     broker = None
     topics: list[str] = []
