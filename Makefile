@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark,fuzz]'
 	touch $(STAMP)
 
 # ZooKeeper (the real-ZooKeeper test tier) and nats-server (the peer in `bench peers`) from Debian packages;

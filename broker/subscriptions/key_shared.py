@@ -47,7 +47,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from broker.errors import ConsumerAssignError
+from broker.errors import ConsumerAssignError, ConsumerBusyError
 from broker.subscriptions.consumer import Consumer, DispatchedEntry
 from broker.subscriptions.dispatcher import now_ms
 from broker.subscriptions.shared import SharedDispatcher
@@ -475,6 +475,14 @@ class KeySharedDispatcher(SharedDispatcher):
     def add_consumer(self, consumer: Consumer) -> None:
         meta = consumer.key_shared_meta
         sticky = meta is not None and meta.keySharedMode == 1  # KeySharedMode.STICKY
+        if self.selector is not None and isinstance(self.selector, StickyRangesSelector) != sticky:
+            # One mode per subscription, as in Pulsar: refused while consumers of the other mode are connected;
+            # once none is, the subscription takes the newcomer's mode.
+            if self.consumers:
+                modes = ("STICKY", "AUTO_SPLIT") if sticky else ("AUTO_SPLIT", "STICKY")
+                raise ConsumerBusyError(f"a Key_Shared {modes[0]} consumer cannot join a subscription whose "
+                                        f"consumers are {modes[1]}")
+            self.selector = None
         if self.selector is None:
             self.selector = StickyRangesSelector() if sticky else ConsistentHashingSelector(self.points_per_consumer)
         if sticky:

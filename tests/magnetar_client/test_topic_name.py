@@ -73,6 +73,13 @@ def test_segments(value, ok):
     ("x-partition-", ("x-partition-", -1)),
     ("x-partition-a", ("x-partition-a", -1)),
     ("-partition-3", ("-partition-3", -1)),
+    # Pulsar reads the index as a Java int: beyond int32 the name is a topic of its own, not a partition (a
+    # partition index that large could not be written into a MessageIdData; the dispatcher failed on it).
+    ("x-partition-2147483647", ("x", 2**31 - 1)),
+    ("x-partition-2147483648", ("x-partition-2147483648", -1)),
+    ("x-partition-99999999999", ("x-partition-99999999999", -1)),
+    ("x-partition-" + "9" * 5000, ("x-partition-" + "9" * 5000, -1)),  # past int()'s 4,300-digit limit too
+    ("x-partition-" + "0" * 5000 + "7", ("x", 7)),
 ])
 def test_split_topic_is_the_one_partition_rule(name, expected):
     assert split_topic(name) == expected

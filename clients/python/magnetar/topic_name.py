@@ -24,6 +24,7 @@ DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
 MAX_TOPIC_NAME_LENGTH = 1024
+MAX_PARTITION_INDEX = 2**31 - 1  # a partition index travels as an int32 (MessageIdData.partition)
 _SEGMENT = re.compile(r"^[-=:.\w]+$")
 _PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
 
@@ -39,7 +40,13 @@ def split_topic(name: str) -> tuple[str, int]:
     """``<base>-partition-<i>`` -> (``<base>``, i); any other name -> (name, -1), as Pulsar numbers a topic that
     is not a partition. Works on any spelling (full or short), without validating it."""
     m = _PARTITION.match(name)
-    return (m.group("base"), int(m.group("index"))) if m else (name, -1)
+    if m is None:
+        return name, -1
+    digits = m.group("index").lstrip("0") or "0"
+    # Pulsar parses the index as a Java int and treats a name whose index does not fit as no partition.
+    if len(digits) > len(str(MAX_PARTITION_INDEX)) or int(digits) > MAX_PARTITION_INDEX:
+        return name, -1
+    return m.group("base"), int(digits)
 
 
 @dataclass(frozen=True)
