@@ -1,4 +1,4 @@
-"""Authentication of HTTP requests (admin REST, lookup, metrics): the role goes to ``request["magnetar.auth_role"]``.
+"""Authentication of HTTP requests (admin REST, lookup, metrics): the role goes to ``request[HTTP_ROLE_KEY]`` (broker.security.authorization).
 
 With authentication on, a request proves its role with ``Authorization: Bearer <token>``, ``Authorization:
 Basic <base64 user:password>``, or (over https, with the tls provider on) its client certificate; one with
@@ -20,9 +20,9 @@ import logging
 from aiohttp import web
 
 from broker.errors import AuthenticationError
+from broker.security.authorization import HTTP_ROLE_KEY as AUTH_ROLE
 
 log = logging.getLogger(__name__)
-AUTH_ROLE = "magnetar.auth_role"  # request key holding the role (str | None)
 ALWAYS_OPEN = frozenset({"/health"})
 
 

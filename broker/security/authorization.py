@@ -38,6 +38,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable
 
+from aiohttp import web
+
 from broker.errors import AuthorizationError, BrokerError, TopicNotFoundError, metadata_errors
 from broker.ownership.resources import POLICIES_ROOT, normalize_auth_policies
 from magnetar.topic_name import NamespaceName, TopicName
@@ -46,7 +48,8 @@ from storage.metadata import SessionState
 
 log = logging.getLogger(__name__)
 
-HTTP_ROLE_KEY = "magnetar.auth_role"  # the role authentication put on an aiohttp request
+# The role authentication put on an aiohttp request (str, or None for a request without credentials).
+HTTP_ROLE_KEY = web.RequestKey("magnetar.auth_role", object)
 MAX_CACHED_NODES = 10_000  # tenants + namespaces whose grants are cached (and watched) at once
 
 

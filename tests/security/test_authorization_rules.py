@@ -16,7 +16,7 @@ from broker.ownership.resources import (
 )
 from broker.security import authorization as authorization_module
 from broker.security.authorization import (
-    AuthorizationService, Grants, Need, allows, effective_role, refusal, request_role,
+    HTTP_ROLE_KEY, AuthorizationService, Grants, Need, allows, effective_role, refusal, request_role,
 )
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
@@ -100,7 +100,7 @@ def test_effective_role_is_the_authenticated_one_else_the_anonymous_role(auth_ro
     if auth_role is not None:
         conn.auth_role = auth_role
     assert effective_role(conn) == expected
-    assert request_role({"magnetar.auth_role": auth_role} if auth_role else {}, config) == expected
+    assert request_role({HTTP_ROLE_KEY: auth_role} if auth_role else {}, config) == expected
 
 
 @pytest.mark.parametrize("actions, expected", [
