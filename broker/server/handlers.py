@@ -17,8 +17,9 @@ from broker.errors import (
     BrokerError, ChecksumError, ConsumerBusyError, ConsumerNotFoundError, NotAllowedError,
     TopicFencedError, UnsupportedVersionError,
 )
-from broker.server import auth_handshake
 from broker.security.authorization import Need, check, effective_role
+from broker.server import auth_handshake
+from broker.server.field_bounds import check_producer, check_subscribe
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
@@ -167,6 +168,7 @@ def on_producer(conn, frame) -> None:
     # The session has the producer CREATING, or READY when this is a retry (a second create while one is
     # running never gets here: the connection answers it ProducerBusy).
     c = frame.command.producer
+    check_producer(c)
     existing = conn.producers.get(c.producer_id)
     if existing is not None:  # a retry of a create that already succeeded
         _producer_success(conn, c.request_id, existing.producer, existing.topic)
@@ -295,6 +297,7 @@ def _start_position(c) -> tuple[Position | None, bool]:
 
 def on_subscribe(conn, frame) -> None:
     c = frame.command.subscribe
+    check_subscribe(c)
     if c.consumer_id in conn.consumers:
         raise ConsumerBusyError(f"consumer id {c.consumer_id} is already in use on this connection")
     topic_name = parse_topic(c.topic)

@@ -89,3 +89,16 @@ def test_a_poison_batch_count_is_refused(raw, client, topic, num_messages, in_ba
     consumer = client.subscribe(topic, "good", initial_position=pulsar.InitialPosition.Earliest)
     producer.send(b"fine")
     assert receive_n(consumer, 1)[0].data() == b"fine"  # nothing of the poison entry was stored
+
+
+def test_oversized_subscribe_fields_are_refused_and_the_connection_stays(raw, topic):
+    conn = raw()
+    conn.send(encode_command(command(T.SUBSCRIBE, subscribe=pb.CommandSubscribe(
+        topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=1, request_id=3,
+        metadata=[pb.KeyValue(key=f"k{i}", value="v") for i in range(10_000)]))))
+    reply = conn.next()
+    assert reply.type == T.ERROR and reply.error.request_id == 3 and reply.error.error == pb.NotAllowedError
+    assert "metadata" in reply.error.message
+    conn.send(encode_command(command(T.SUBSCRIBE, subscribe=pb.CommandSubscribe(
+        topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=1, request_id=4))))
+    assert conn.next().type == T.SUCCESS  # the same consumer id, within bounds: nothing was left half-created
