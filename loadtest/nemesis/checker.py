@@ -168,7 +168,7 @@ def _fenced(events: list[dict], sends: dict, finals: list[dict], f: dict[str, Fi
             continue
         if e["type"] == "invoke":
             newest_at_invoke[e["value"]] = dict(newest)
-        elif e["type"] == "ok" and e.get("id"):
+        elif e["type"] == "ok" and e.get("id") and e["id"][0] >= 0:  # -1: a duplicate the broker's dedup dropped
             where = _partition(e)
             ledger = e["id"][0]
             before = newest_at_invoke.get(e["value"], {}).get(where, -1)
@@ -238,7 +238,8 @@ def _linearizable(events: list[dict], sends: dict, finals: list[dict], f: dict[s
             at = next((i for i, (a, b) in enumerate(zip(acked_values, read)) if a != b), min(len(read), len(acked_values)))
             f["linearizable"].add({"topic": topic, "what": "acknowledged order != read order", "index": at,
                                    "acked": acked_values[at:at + 3], "read": read[at:at + 3]})
-        for a, b in zip(acks, acks[1:]):
+        stored = [e for e in acks if e["id"][0] >= 0]
+        for a, b in zip(stored, stored[1:]):
             if tuple(b["id"][:3]) <= tuple(a["id"][:3]):
                 f["linearizable"].add({"topic": topic, "what": "acknowledged ids went backwards",
                                        "first": [a["value"], a["id"]], "then": [b["value"], b["id"]]})

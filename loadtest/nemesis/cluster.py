@@ -52,6 +52,8 @@ class NemesisCluster:
     def bookie_env(self) -> dict[str, str]:
         return {"MAGNETAR_BOOKIE_SESSION_TIMEOUT_S": str(self.session_timeout_s),
                 "MAGNETAR_BOOKIE_LOST_BOOKIE_RECOVERY_DELAY_S": "30",
+                # A lost bookie's fragments of still-open ledgers wait this long before they are re-replicated.
+                "MAGNETAR_BOOKIE_OPEN_LEDGER_REREPLICATION_GRACE_PERIOD_S": "5",
                 "MAGNETAR_BOOKIE_REPLICATION_POLL_INTERVAL_S": "0.5"}
 
     @property

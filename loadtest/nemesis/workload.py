@@ -128,6 +128,9 @@ class _Producer:
             options["producer_name"] = spec.name  # the broker's dedup state is per producer name
         if spec.batched:
             options["batching_max_publish_delay_ms"] = 5
+            # A default batch mixes keys and Key_Shared dispatches a batch by one key: per-key order would break
+            # by configuration, not by a fault. Key-based batching keeps one key per batch.
+            options["batching_type"] = API[spec.api].BatchingType.KeyBased
         self.producer = client.create_producer(spec.topic, **options)
         self.window = threading.BoundedSemaphore(WINDOW)
         self.thread = threading.Thread(target=self._run, name=spec.name, daemon=True)

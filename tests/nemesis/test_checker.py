@@ -120,6 +120,16 @@ def test_an_unreadable_fenced_write_is_counted_and_lost():
     assert check(h.events).findings["fenced_writes"].count == 1
 
 
+def test_a_receipt_for_a_duplicate_the_broker_dropped_is_not_a_fenced_write():
+    # With dedup on, a send the client resent after a reconnect is answered with id -1:-1 (already stored).
+    h = H().send("p1:0", ledger=20, entry=0, dedup=True).send("p1:1", ledger=20, dedup=True)
+    h.add(f="send", type="invoke", process="p1", topic=T, value="p1:2", dedup=True)
+    h.add(f="send", type="ok", process="p1", topic=T, value="p1:2", dedup=True, id=[-1, -1, -1, -1])
+    h.final("p1:0", "p1:1", "p1:2", ledger=20)
+    report = check(h.events, linearizable=True)
+    assert report.valid and report.findings["fenced_writes"].count == 0
+
+
 def test_concurrent_sends_across_a_rollover_are_not_fenced_writes():
     # p1:1 was invoked before p2:0's receipt from the newer ledger: it may legitimately land in the older one.
     h = H()
