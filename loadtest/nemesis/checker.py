@@ -11,7 +11,8 @@ How a history looks (one dict per JSON line, history.py writes them):
 * ``f="fault"``: the nemesis injected (``invoke``) and healed (``ok``) a fault of ``kind``.
 
 A value is ``"<producer>:<seq>"``: its producer and its place in that producer's send order. Each producer sends
-in order, so per partition its values must be read with rising ``seq``.
+in order, so per partition its values must be read with rising ``seq`` -- per key when its send carries an
+``order_key`` (key-based batching sends each key's batch on its own, so only per-key order is promised).
 
 What counts as a violation (each must be 0): lost (acknowledged, not in the final reads), phantom (read, never
 sent), failed-but-read (a definite failure that became readable), per-producer order (a lower seq read after a
@@ -134,6 +135,11 @@ def _lost_and_phantoms(sends: dict, finals: list[dict], events: list[dict], f: d
                 f["phantom"].add({"value": e["value"], "f": e["f"], "id": e.get("id")})
 
 
+def _order_key(sends: dict, value: str):
+    """A producer that batches by key promises order per key only (its key batches go out in any order)."""
+    return sends.get(value, {}).get("invoke", {}).get("order_key")
+
+
 def _final_order(finals: list[dict], sends: dict, f: dict[str, Finding]) -> None:
     """Per partition and producer: seq rises in read order; a value read twice is a duplicate."""
     last: dict[tuple, tuple[int, str]] = {}
@@ -149,11 +155,12 @@ def _final_order(finals: list[dict], sends: dict, f: dict[str, Finding]) -> None
             producer, seq = seq_of(e["value"])
         except ValueError:
             continue  # a phantom, reported as such
-        prev = last.get((where, producer))
+        stream = (where, producer, _order_key(sends, e["value"]))
+        prev = last.get(stream)
         if prev is not None and seq < prev[0]:
             f["order"].add({"partition": where, "read": e["value"], "after": prev[1]})
         if prev is None or seq > prev[0]:
-            last[(where, producer)] = (seq, e["value"])
+            last[stream] = (seq, e["value"])
 
 
 def _fenced(events: list[dict], sends: dict, finals: list[dict], f: dict[str, Finding]) -> None:
@@ -204,7 +211,7 @@ def _delivery(events: list[dict], sends: dict, f: dict[str, Finding]) -> None:
             continue
         sub_type = e.get("sub_type")
         if sub_type in ORDERED_TYPES:
-            stream, finding = (sub, _partition(e)[1], producer), "ordered_delivery"
+            stream, finding = (sub, _partition(e)[1], producer, _order_key(sends, e["value"])), "ordered_delivery"
         elif sub_type == "Key_Shared":
             stream, finding = (sub, e.get("key"), producer), "key_order"
         else:

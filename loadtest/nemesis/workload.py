@@ -146,6 +146,8 @@ class _Producer:
             extra = {"dedup": True} if self.spec.dedup else {}
             if self.spec.linearizable:
                 extra["linearizable"] = True
+            if self.spec.batched:
+                extra["order_key"] = key  # key-based batching: order is promised per key
             self.history.record("send", "invoke", self.spec.name, topic=self.spec.topic, value=value, key=key, **extra)
             try:
                 self.producer.send_async(value.encode(), self._callback(value), partition_key=key)

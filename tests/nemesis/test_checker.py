@@ -90,6 +90,15 @@ def test_a_lower_seq_read_after_a_higher_one_of_the_same_producer_is_an_order_vi
     assert flagged(h.events) == {"order": 1}
 
 
+def test_a_key_batching_producer_promises_order_per_key_only():
+    h = H().send("p1:0", order_key="a").send("p1:1", order_key="b").send("p1:2", order_key="a")
+    h.final("p1:1", "p1:0", "p1:2")
+    assert flagged(h.events) == {}
+    h = H().send("p1:0", order_key="a").send("p1:1", order_key="b").send("p1:2", order_key="a")
+    h.final("p1:2", "p1:1", "p1:0")
+    assert flagged(h.events) == {"order": 1}
+
+
 def test_order_is_per_partition():
     h = H().send("p1:0", partition=0).send("p1:1", partition=1)
     h.final("p1:1", partition=1).final("p1:0", partition=0)
