@@ -18,7 +18,7 @@ def test_five_rounds_of_mixed_faults_lose_nothing(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "loadtest.nemesis", "--seed", str(SEED), "--rounds", "5", "--linearizable",
-         "--out-dir", str(out)], capture_output=True, text=True, timeout=300)
+         "--out-dir", str(out)], capture_output=True, text=True, timeout=280)
     print(done.stdout[-6000:], done.stderr[-3000:])
     result = json.loads((out / "result.json").read_text())
     assert done.returncode == 0, f"exit {done.returncode}; replay: {result['replay']}"
