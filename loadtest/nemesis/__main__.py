@@ -73,7 +73,9 @@ def run(args: argparse.Namespace, log=print) -> dict:
         nemesis = Nemesis(cluster, history, args.seed, log=log)
         try:
             workload.start()
-            acked = lambda: {e["process"] for e in history.events() if e["f"] == "send" and e["type"] == "ok"}
+            def acked() -> set[str]:
+                return {e["process"] for e in history.events() if e["f"] == "send" and e["type"] == "ok"}
+
             wait_until(lambda: len(acked()) == len(PRODUCERS), 60, lambda: f"every producer's first ack (have {acked()})")
             nemesis.run(rounds, kinds)
             log("faults done; draining the consumers")

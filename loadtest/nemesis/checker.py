@@ -237,9 +237,10 @@ def _linearizable(events: list[dict], sends: dict, finals: list[dict], f: dict[s
         acks = [e for e in events if e.get("f") == "send" and e.get("type") == "ok" and e["topic"] == topic]
         acked_values = [e["value"] for e in acks]
         acked = set(acked_values)
-        read = []
+        read, seen = [], set()
         for e in finals:
-            if e["topic"] == topic and e["value"] in acked and e["value"] not in read:
+            if e["topic"] == topic and e["value"] in acked and e["value"] not in seen:
+                seen.add(e["value"])
                 read.append(e["value"])
         if read != acked_values:
             at = next((i for i, (a, b) in enumerate(zip(acked_values, read)) if a != b), min(len(read), len(acked_values)))
