@@ -111,6 +111,15 @@ def print_result(result: dict) -> None:
                 ["fault", "injected", "p50", "p90", "max"])
 
 
+def check_only(path: str, linearizable: bool) -> int:
+    from loadtest.nemesis.history import load
+
+    report = check(load(path), linearizable=linearizable)
+    print_result({"seed": path, **report.to_json()})
+    print(f"\n{'OK: no violation' if report.valid else 'FAILED ' + str({k: v for k, v in report.violations.items() if v})}")
+    return 0 if report.valid else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.nemesis", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default=None, help="history and result.json (default results/nemesis-SEED)")
     parser.add_argument("--report", default=None, metavar="DIR", help="write the Nemesis section of DIR/BENCHMARKS.md")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's scratch directory (logs, data)")
+    parser.add_argument("--check", default=None, metavar="HISTORY",
+                        help="no cluster: run the checker on a history file written before, print its findings")
     args = parser.parse_args(argv)
+    if args.check:
+        return check_only(args.check, args.linearizable)
     if args.rounds < 1 or args.rounds > 10_000:
         parser.error("--rounds must be in 1..10000")
     if not 0.1 <= args.rate <= 1000:
