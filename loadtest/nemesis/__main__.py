@@ -114,8 +114,13 @@ def print_result(result: dict) -> None:
 def check_only(path: str, linearizable: bool) -> int:
     from loadtest.nemesis.history import load
 
-    report = check(load(path), linearizable=linearizable)
-    print_result({"seed": path, **report.to_json()})
+    events = load(path)
+    report = check(events, linearizable=linearizable)
+    faults: dict[str, int] = {}
+    for e in events:
+        if e.get("f") == "fault" and e["type"] == "invoke":
+            faults[e["kind"]] = faults.get(e["kind"], 0) + 1
+    print_result({"seed": path, "faults": faults, **report.to_json()})
     print(f"\n{'OK: no violation' if report.valid else 'FAILED ' + str({k: v for k, v in report.violations.items() if v})}")
     return 0 if report.valid else 1
 
