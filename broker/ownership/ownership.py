@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE_ROOT = "/namespace"
 BROKERS_ROOT = "/loadbalance/brokers"
+REGISTER_ATTEMPTS = 5  # each race with a previous incarnation's expiring node costs one attempt
 MAX_ATTEMPTS = 5  # of an acquisition or split that keeps meeting concurrent boundary changes
 
 
@@ -187,21 +188,26 @@ class Ownership:
 
     async def register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
-        try:
-            await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
-            return
-        except NodeExistsError:
-            pass
-        try:
-            _, stat = await self.store.get(path)
-            if stat.ephemeral_owner != self.store.session_id and self._owns_address:
-                # A previous incarnation's registration, which would vanish with its session: replace it now.
-                await self.store.delete(path, stat.version)
+        # A previous incarnation's node (kill -9, then a restart on the same address) vanishes by itself when its
+        # session expires, which may happen between any two of the steps below: then look again, never fail the
+        # start on it (nemesis seed 7: a restart refused with NoNodeError).
+        for _ in range(REGISTER_ATTEMPTS):
+            try:
                 await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
                 return
-        except (NoNodeError, BadVersionError, NodeExistsError):
-            pass  # it changed meanwhile: the write below settles it, or the next load report re-registers
-        await self.store.set(path, self._report_doc())  # our own node from this session (a re-registration)
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = await self.store.get(path)
+                if stat.ephemeral_owner != self.store.session_id and self._owns_address:
+                    # A previous incarnation's registration, which would vanish with its session: replace it now.
+                    await self.store.delete(path, stat.version)
+                    continue
+                await self.store.set(path, self._report_doc())  # our own node from this session (a re-registration)
+                return
+            except (NoNodeError, BadVersionError):
+                continue  # it changed meanwhile: look again
+        await self.store.set(path, self._report_doc())
 
     async def report_load(self) -> None:
         try:
