@@ -30,6 +30,7 @@ from storage.bookie.bookie import Bookie
 from storage.bookie.config import BookieConfig
 from storage.bookie.cookie import check_and_write_cookie
 from storage.bookie.disk_monitor import DiskMonitor, Mode
+from storage.bookie.faults import JournalFaults
 from storage.bookie.gc import GarbageCollector
 from storage.bookie.http import start_http
 from storage.bookie.journal import JournalDamage
@@ -60,6 +61,7 @@ class BookieService:
         self.gc: GarbageCollector | None = None
         self.autorecovery = None  # AutoRecoveryService when config.autorecovery_enabled
         self.scrubber: Scrubber | None = None
+        self.journal_faults: JournalFaults | None = None  # fault-injection mode only (faults.py)
         self.serving = False
         self._stopping = False
         self._owns_store = False
@@ -80,6 +82,8 @@ class BookieService:
         ``fsync`` replaces the journal's fdatasync (tests: ``storage.bookie.faults.JournalFaults``).
         """
         service = cls(config)
+        if isinstance(fsync, JournalFaults):
+            service.journal_faults = fsync
         try:
             await service._start(store, fsync)
         except BaseException:
