@@ -111,3 +111,13 @@ def flip_bit(path: Path, offset: int, bit: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_byte(path: Path, offset: int) -> int:
+    """The byte at ``offset`` of ``path``. Raises ValueError past the end."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        b = fh.read(1)
+    if len(b) != 1:
+        raise ValueError(f"{path} has no byte at offset {offset}")
+    return b[0]

@@ -381,6 +381,7 @@ class NetProxyProcess(ServiceProcess):
     control_port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    _isolated: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # process name -> (links, pid)
 
     @property
     def name(self) -> str:
@@ -424,11 +425,24 @@ class NetProxyProcess(ServiceProcess):
         return http_json("PUT", f"http://127.0.0.1:{self.control_port}/rules", {"links": list(links), "pids": list(pids)})
 
     def isolate(self, process: "BookieProcess | BrokerProcess") -> dict:
-        """Cut ``process`` off from everyone, both ways: its own links and every connection it opens."""
+        """Cut ``process`` off from everyone, both ways: its own links and every connection it opens. Adds to the
+        processes already isolated (each is cut off from all others, so two isolated processes are not
+        connected either)."""
         links = process.link_names if isinstance(process, BrokerProcess) else [process.link_name]
-        return self.partition(links, [process.proc.pid])
+        self._isolated[process.name] = (list(links), process.proc.pid)
+        return self._apply()
+
+    def rejoin(self, process: "BookieProcess | BrokerProcess") -> dict:
+        """Lift ``process``'s isolation (by the pid it had when isolated, should it have restarted since)."""
+        self._isolated.pop(process.name, None)
+        return self._apply()
+
+    def _apply(self) -> dict:
+        links = [name for names, _ in self._isolated.values() for name in names]
+        return self.partition(links, [pid for _, pid in self._isolated.values()])
 
     def heal(self) -> dict:
+        self._isolated.clear()
         return self.partition()
 
     def describe(self) -> dict:

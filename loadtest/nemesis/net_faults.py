@@ -1,0 +1,89 @@
+"""Network faults: a partition that cuts one broker or one bookie off from everyone else.
+
+The cluster puts a fault-injecting TCP proxy (storage/testing/netproxy.py) in
+front of every bookie, broker and ZooKeeper (``cluster.proxy``, a
+``NetProxyProcess``; the processes advertise their proxy links). Isolating a
+process blackholes its links and every connection it opened: packets are
+dropped, not refused -- sockets stay open and silent, so every side finds out
+only through its own timeouts, as in a real partition. The isolated process
+loses ZooKeeper too, so its session expires: a bookie drops out of
+``/ledgers/available`` and writers replace it in their ensembles; a broker
+loses its bundles, another broker takes them and fences its ledgers.
+
+Why a proxy rather than network namespaces: it needs no root, carries only
+loopback traffic, keeps each server's address across restarts, and can tell
+one client process's connections from another's (docs/nemesis.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+from loadtest.nemesis.fault import Fault, Injected
+
+HEAL_TIMEOUT_S = 60.0
+
+
+def _proxy(cluster):
+    return getattr(cluster, "proxy", None)
+
+
+def _bookies(cluster) -> list:
+    bookies = getattr(cluster, "bookies", None)
+    return list(bookies.bookies) if bookies is not None else []
+
+
+class _Partition(Fault):
+    """Isolate one process chosen from ``_candidates``; heal lifts exactly that isolation."""
+
+    def __init__(self):
+        self.target = None
+        self.name = ""
+
+    def _candidates(self, cluster) -> list:
+        raise NotImplementedError
+
+    def applicable(self, cluster) -> bool:
+        proxy = _proxy(cluster)
+        return proxy is not None and any(getattr(p, "proxy", None) is proxy for p in self._candidates(cluster))
+
+    def inject(self, cluster, rng: random.Random) -> Injected:
+        proxy = _proxy(cluster)
+        candidates = [p for p in self._candidates(cluster) if p.alive and getattr(p, "proxy", None) is proxy]
+        if not candidates:
+            raise RuntimeError(f"{self.kind}: no live process behind the proxy to isolate")
+        self.target = rng.choice(candidates)
+        self.name = self.target.name
+        rules = proxy.isolate(self.target)
+        return Injected(self.kind, self.name, f"blackholed links {', '.join(self._links())} and every connection "
+                        f"from pid {self.target.proc.pid}; {len(rules['pids'])} process(es) isolated now")
+
+    def _links(self) -> list[str]:
+        return list(getattr(self.target, "link_names", None) or [self.target.link_name])
+
+    def heal(self, cluster) -> None:
+        if self.target is None:
+            return
+        _proxy(cluster).rejoin(self.target)
+        if self.target.alive:
+            self.target.wait_healthy(HEAL_TIMEOUT_S)
+
+
+class PartitionBookie(_Partition):
+    kind = "partition-bookie"
+    bookie_faults = 1
+
+    def _candidates(self, cluster) -> list:
+        return _bookies(cluster)
+
+
+class PartitionBroker(_Partition):
+    kind = "partition-broker"
+    broker_faults = 1
+
+    def _candidates(self, cluster) -> list:
+        brokers = list(getattr(cluster, "brokers", None) or [])
+        return brokers if len(brokers) >= 2 else []  # someone must be left to take the bundles over
+
+
+NET_FAULTS: list[type[Fault]] = [PartitionBookie, PartitionBroker]
