@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 
 from loadtest.nemesis.fault import Fault, Injected
+from storage.testing.processes import http_status
+from storage.testing.waiting import wait_until
 
 HEAL_TIMEOUT_S = 60.0
 
@@ -36,8 +38,8 @@ def _bookies(cluster) -> list:
 class _Partition(Fault):
     """Isolate one process chosen from ``_candidates``; heal lifts exactly that isolation."""
 
-    def __init__(self):
-        self.target = None
+    def __init__(self, target=None):
+        self.target = target  # a given process (tests), else one drawn at injection
         self.name = ""
 
     def _candidates(self, cluster) -> list:
@@ -50,13 +52,15 @@ class _Partition(Fault):
     def inject(self, cluster, rng: random.Random) -> Injected:
         proxy = _proxy(cluster)
         candidates = [p for p in self._candidates(cluster) if p.alive and getattr(p, "proxy", None) is proxy]
+        if self.target is not None:
+            candidates = [p for p in candidates if p is self.target]
         if not candidates:
             raise RuntimeError(f"{self.kind}: no live process behind the proxy to isolate")
         self.target = rng.choice(candidates)
         self.name = self.target.name
         rules = proxy.isolate(self.target)
         return Injected(self.kind, self.name, f"blackholed links {', '.join(self._links())} and every connection "
-                        f"from pid {self.target.proc.pid}; {len(rules['pids'])} process(es) isolated now")
+                        f"from pid {self.target.proc.pid}; {len(rules['rules']['pids'])} process(es) isolated now")
 
     def _links(self) -> list[str]:
         return list(getattr(self.target, "link_names", None) or [self.target.link_name])
@@ -67,6 +71,15 @@ class _Partition(Fault):
         _proxy(cluster).rejoin(self.target)
         if self.target.alive:
             self.target.wait_healthy(HEAL_TIMEOUT_S)
+            self._wait_in_service(self.target)
+
+    def _wait_in_service(self, process) -> None:
+        """Beyond /health: back in the cluster (its metadata session replaced, if it expired)."""
+
+
+def _metadata_answers(broker) -> bool:
+    # leaderBroker reads the election node: it answers only once the broker's metadata session works again.
+    return http_status(f"http://127.0.0.1:{broker.http_port}/admin/v2/brokers/leaderBroker") == 200
 
 
 class PartitionBookie(_Partition):
@@ -84,6 +97,10 @@ class PartitionBroker(_Partition):
     def _candidates(self, cluster) -> list:
         brokers = list(getattr(cluster, "brokers", None) or [])
         return brokers if len(brokers) >= 2 else []  # someone must be left to take the bundles over
+
+    def _wait_in_service(self, process) -> None:
+        wait_until(lambda: _metadata_answers(process), HEAL_TIMEOUT_S,
+                   f"{process.name} to reach the metadata store again after the partition")
 
 
 NET_FAULTS: list[type[Fault]] = [PartitionBookie, PartitionBroker]
