@@ -78,8 +78,9 @@ class _Partition(Fault):
 
 
 def _metadata_answers(broker) -> bool:
-    # leaderBroker reads the election node: it answers only once the broker's metadata session works again.
-    return http_status(f"http://127.0.0.1:{broker.http_port}/admin/v2/brokers/leaderBroker") == 200
+    # Listing tenants reads the metadata store: it answers only once the broker's session works again.
+    # (Not leaderBroker: a new load-balancer leader is elected only at the next shedding round, up to 60 s.)
+    return http_status(f"http://127.0.0.1:{broker.http_port}/admin/v2/tenants") == 200
 
 
 class PartitionBookie(_Partition):

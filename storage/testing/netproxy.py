@@ -206,6 +206,7 @@ class Proxy:
     def __init__(self):
         self.links: dict[str, Link] = {}
         self.rules = Rules()
+        self._tasks: set[asyncio.Task] = set()  # upstream connects under way (the loop keeps only weak references)
 
     async def add_link(self, name: str, listen_port: int, target_port: int) -> Link:
         """Raises ValueError for a duplicate name or too many links, OSError when the port is taken."""
@@ -223,10 +224,14 @@ class Proxy:
     def _accepted(self, link: Link) -> _Side:
         conn = _Connection(link, client_port=0)
         loop = asyncio.get_running_loop()
-        side = _Side(conn, on_made=lambda: loop.create_task(self._open_upstream(conn)))
+        side = _Side(conn, on_made=lambda: self._spawn(loop.create_task(self._open_upstream(conn))))
         conn.client = side
         link.connections.add(conn)
         return side
+
+    def _spawn(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _open_upstream(self, conn: _Connection) -> None:
         client = conn.client

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
+import threading
 import uuid
 
 import pulsar
@@ -22,6 +24,7 @@ from loadtest.nemesis.net_faults import NET_FAULTS, PartitionBookie, PartitionBr
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 from storage.testing.netproxy import Rules, is_held, parse_proc_net_tcp
+from storage.testing.processes import NetProxyProcess, http_json
 from storage.testing.waiting import wait_until, wait_until_async
 from tests.cluster.support import client as pulsar_client, lookup, owner_of
 from tests.nemesis.fault_fixtures import fault_cluster  # noqa: F401  (fixture)
@@ -53,6 +56,78 @@ def test_the_client_end_of_a_loopback_connection_is_found_in_proc_net_tcp():
     assert parse_proc_net_tcp(PROC_NET_TCP, client_port=0xA1B2, server_port=0x1F90) == 4242
     assert parse_proc_net_tcp(PROC_NET_TCP, client_port=0x1F90, server_port=0xA1B2) == 4343
     assert parse_proc_net_tcp(PROC_NET_TCP, client_port=1, server_port=0x1F90) is None
+
+
+@pytest.fixture
+def echo_server():
+    """A loopback echo server on a thread: what the proxy forwards to in the proxy's own tests."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=lambda c=conn: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")],
+                             daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_the_proxy_holds_a_partitioned_processs_connections_and_delivers_after_healing(tmp_path, echo_server):
+    proxy = NetProxyProcess(tmp_path).start()
+    try:
+        port = proxy.front("echo", echo_server)
+        old = socket.create_connection(("127.0.0.1", port), timeout=5)
+        old.sendall(b"before")
+        assert old.recv(16) == b"before"
+        rules = proxy.partition(pids=[os.getpid()])  # this test's process is the isolated one
+        assert rules["links"]["echo"]["held"] == 1
+        old.sendall(b"during")
+        new = socket.create_connection(("127.0.0.1", port), timeout=5)  # accepted: dropped, not refused
+        new.sendall(b"new")
+        for sock in (old, new):
+            sock.settimeout(1)
+            with pytest.raises(socket.timeout):
+                sock.recv(16)
+        assert proxy.describe()["links"]["echo"]["held"] == 2
+        proxy.heal()
+        old.settimeout(5)
+        new.settimeout(5)
+        assert old.recv(16) == b"during" and new.recv(16) == b"new"  # nothing lost, as after TCP retransmission
+        # Holding a link holds every client, attributable or not.
+        proxy.partition(links=["echo"])
+        old.sendall(b"x")
+        old.settimeout(1)
+        with pytest.raises(socket.timeout):
+            old.recv(16)
+        old.close()
+        new.close()
+    finally:
+        proxy.stop()
+
+
+def test_the_proxy_refuses_bad_links_and_rules(tmp_path):
+    proxy = NetProxyProcess(tmp_path).start()
+    try:
+        for bad in ({"name": "", "listen_port": 1, "target_port": 2}, {"name": "x", "listen_port": 0, "target_port": 2},
+                    {"name": "x", "listen_port": 70000, "target_port": 2}, {"name": "x"}):
+            with pytest.raises(RuntimeError, match="400"):
+                http_json("POST", f"http://127.0.0.1:{proxy.control_port}/links", bad)
+        with pytest.raises(RuntimeError, match="400"):
+            proxy.partition(links=["no-such-link"])
+        with pytest.raises(RuntimeError, match="400"):
+            proxy.partition(pids=[-1])
+    finally:
+        proxy.stop()
 
 
 def test_net_faults_are_registered_by_kind():
