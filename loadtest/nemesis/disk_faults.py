@@ -79,7 +79,8 @@ class FullDisk(Fault):
                             "until the kernel answered ENOSPC")
         self.fallback = True
         self.target.set_journal_faults(fsync_error="ENOSPC")
-        return Injected(self.kind, self.target.name, "FALLBACK: no size-limited filesystem could be mounted; "
+        why = self.target.disk_refused or "none was asked for"
+        return Injected(self.kind, self.target.name, f"FALLBACK: no size-limited filesystem ({why}); "
                         "every journal fsync fails with an injected ENOSPC")
 
     def heal(self, cluster) -> None:

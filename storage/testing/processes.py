@@ -197,6 +197,7 @@ class BookieProcess(ServiceProcess):
     fault_injection: bool = False  # the journal's fsync can be slowed or failed (set_journal_faults)
     advertised_port: int | None = None
     disk_mounted: bool = False
+    disk_refused: str | None = None  # why no size-limited filesystem could be mounted, if it could not
 
     def __post_init__(self) -> None:
         if self.proxy is not None and self.advertised_port is None:
@@ -213,9 +214,12 @@ class BookieProcess(ServiceProcess):
         return f"127.0.0.1:{self.advertised_port or self.port}"
 
     def spawn(self) -> subprocess.Popen:
-        if self.disk_limit_bytes is not None and not self.disk_mounted:
-            disk.mount_tmpfs(Path(self.data_dir), self.disk_limit_bytes)  # raises disk.MountRefused
-            self.disk_mounted = True
+        if self.disk_limit_bytes is not None and not self.disk_mounted and self.disk_refused is None:
+            try:
+                disk.mount_tmpfs(Path(self.data_dir), self.disk_limit_bytes)
+                self.disk_mounted = True
+            except disk.MountRefused as exc:  # not root: an ordinary directory; the full-disk fault falls back
+                self.disk_refused = str(exc)
         return super().spawn()
 
     def unmount_disk(self) -> None:

@@ -111,6 +111,7 @@ async def _full_disk_keeps_every_entry(cluster, expect_fallback: bool) -> None:
     injected = await asyncio.to_thread(fault.inject, cluster, random.Random(3))
     assert injected.target == victim.name
     assert ("FALLBACK" in injected.detail) == expect_fallback, injected.detail
+    assert ("needs root" in injected.detail) == expect_fallback, injected.detail
     if not expect_fallback:
         with pytest.raises(OSError) as full:  # the kernel's own ENOSPC: the filesystem really is full
             Path(victim.data_dir, "probe").write_bytes(b"x" * 65536)
@@ -144,8 +145,13 @@ async def test_full_disk_is_a_real_enospc_that_turns_the_bookie_read_only(fault_
     await _full_disk_keeps_every_entry(cluster, expect_fallback=False)
 
 
-async def test_full_disk_falls_back_to_an_injected_enospc_without_a_mount(fault_cluster):
-    cluster = fault_cluster(bookies=4, proxy=False)
+async def test_full_disk_falls_back_to_an_injected_enospc_without_a_mount(fault_cluster, monkeypatch):
+    def refused(path, size_bytes):
+        raise disk.MountRefused(1, "mounting a tmpfs needs root")  # what a developer without root gets
+
+    monkeypatch.setattr(disk, "mount_tmpfs", refused)
+    cluster = fault_cluster(bookies=4, proxy=False, disk_limit_bytes=64 * 2 ** 20)
+    assert all(not b.disk_mounted and "needs root" in b.disk_refused for b in cluster.bookies.bookies)
     await _full_disk_keeps_every_entry(cluster, expect_fallback=True)
 
 
