@@ -30,8 +30,18 @@ SLOW_FSYNC_DELAYS_MS = (50, 200, 500)
 
 
 def _bookies(cluster) -> list:
+    """Live bookies no other active fault holds (``cluster.busy``, ids of held members)."""
     bookies = getattr(cluster, "bookies", None)
-    return [b for b in bookies.bookies if b.alive] if bookies is not None else []
+    busy = getattr(cluster, "busy", set())
+    return [b for b in bookies.bookies if b.alive and id(b) not in busy] if bookies is not None else []
+
+
+def _hold(cluster, bookie) -> None:
+    getattr(cluster, "busy", set()).add(id(bookie))
+
+
+def _release(cluster, bookie) -> None:
+    getattr(cluster, "busy", set()).discard(id(bookie))
 
 
 class SlowDisk(Fault):
@@ -47,13 +57,19 @@ class SlowDisk(Fault):
 
     def inject(self, cluster, rng: random.Random) -> Injected:
         self.target = rng.choice([b for b in _bookies(cluster) if b.fault_injection])
+        _hold(cluster, self.target)
         delay = self.delay_ms if self.delay_ms is not None else rng.choice(SLOW_FSYNC_DELAYS_MS)
         self.target.set_journal_faults(fsync_delay_ms=delay)
         return Injected(self.kind, self.target.name, f"journal fsync +{delay} ms")
 
     def heal(self, cluster) -> None:
-        if self.target is not None and self.target.alive:
-            self.target.set_journal_faults()
+        if self.target is None:
+            return
+        try:
+            if self.target.alive:
+                self.target.set_journal_faults()
+        finally:
+            _release(cluster, self.target)
 
 
 class FullDisk(Fault):
@@ -72,6 +88,7 @@ class FullDisk(Fault):
         if self.target is None:
             mounted = [b for b in bookies if b.disk_mounted]
             self.target = rng.choice(mounted or [b for b in bookies if b.fault_injection])
+        _hold(cluster, self.target)
         if self.target.disk_mounted:
             written = disk.fill(Path(self.target.data_dir))
             return Injected(self.kind, self.target.name,
@@ -87,6 +104,12 @@ class FullDisk(Fault):
         bookie = self.target
         if bookie is None:
             return
+        try:
+            self._heal(bookie)
+        finally:
+            _release(cluster, bookie)
+
+    def _heal(self, bookie) -> None:
         if self.fallback:
             if bookie.alive:
                 bookie.set_journal_faults()
@@ -125,6 +148,7 @@ class BitFlip(Fault):
             bit = rng.randrange(8)
             disk.flip_bit(Path(record["file"]), offset, bit)
             self.bookie = bookie
+            _hold(cluster, bookie)
             self.flipped = (Path(record["file"]), offset, bit, disk.read_byte(Path(record["file"]), offset))
             return Injected(self.kind, bookie.name, f"ledger {record['ledger_id']} entry {record['entry_id']}: "
                             f"bit {bit} of byte {offset} in {Path(record['file']).name}")
@@ -139,6 +163,8 @@ class BitFlip(Fault):
                 disk.flip_bit(path, offset, bit)
         except (FileNotFoundError, ValueError):
             pass  # compacted away or truncated: the bad copy went with it
+        finally:
+            _release(cluster, self.bookie)
 
 
 DISK_FAULTS: list[type[Fault]] = [SlowDisk, FullDisk, BitFlip]

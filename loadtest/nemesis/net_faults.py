@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import random
 
+from kazoo.client import KazooClient
+
 from loadtest.nemesis.fault import Fault, Injected
-from storage.testing.processes import http_status
 from storage.testing.waiting import wait_until
 
 HEAL_TIMEOUT_S = 60.0
+BROKERS_ROOT = "/loadbalance/brokers"  # DESIGN.md's metadata layout, under the cluster's chroot
+BOOKIES_ROOT = "/ledgers/available"
 
 
 def _proxy(cluster):
@@ -35,8 +38,22 @@ def _bookies(cluster) -> list:
     return list(bookies.bookies) if bookies is not None else []
 
 
+def _registered(cluster, path: str) -> bool:
+    """Whether ``path`` (under the cluster's chroot) exists in ZooKeeper now. (process_faults.registered does
+    the same for the process faults; one of the two can go once both modules are on main.)"""
+    zk = KazooClient(hosts=cluster.metadata_url.removeprefix("zk://"), timeout=5)
+    zk.start(10)
+    try:
+        return zk.exists(path) is not None
+    finally:
+        zk.stop()
+        zk.close()
+
+
 class _Partition(Fault):
-    """Isolate one process chosen from ``_candidates``; heal lifts exactly that isolation."""
+    """Isolate one process chosen from ``_candidates``; heal lifts exactly that isolation and waits until the
+    process is back in the cluster: serving, and registered again in ZooKeeper (its session expired while it
+    was cut off)."""
 
     def __init__(self, target=None):
         self.target = target  # a given process (tests), else one drawn at injection
@@ -45,18 +62,24 @@ class _Partition(Fault):
     def _candidates(self, cluster) -> list:
         raise NotImplementedError
 
+    def _registration(self, process) -> str:
+        raise NotImplementedError
+
     def applicable(self, cluster) -> bool:
         proxy = _proxy(cluster)
         return proxy is not None and any(getattr(p, "proxy", None) is proxy for p in self._candidates(cluster))
 
     def inject(self, cluster, rng: random.Random) -> Injected:
         proxy = _proxy(cluster)
-        candidates = [p for p in self._candidates(cluster) if p.alive and getattr(p, "proxy", None) is proxy]
+        busy = getattr(cluster, "busy", set())  # members another active fault holds
+        candidates = [p for p in self._candidates(cluster)
+                      if p.alive and getattr(p, "proxy", None) is proxy and id(p) not in busy]
         if self.target is not None:
             candidates = [p for p in candidates if p is self.target]
         if not candidates:
-            raise RuntimeError(f"{self.kind}: no live process behind the proxy to isolate")
+            raise RuntimeError(f"{self.kind}: no free live process behind the proxy to isolate")
         self.target = rng.choice(candidates)
+        busy.add(id(self.target))
         self.name = self.target.name
         rules = proxy.isolate(self.target)
         return Injected(self.kind, self.name, f"blackholed links {', '.join(self._links())} and every connection "
@@ -68,19 +91,15 @@ class _Partition(Fault):
     def heal(self, cluster) -> None:
         if self.target is None:
             return
-        _proxy(cluster).rejoin(self.target)
-        if self.target.alive:
-            self.target.wait_healthy(HEAL_TIMEOUT_S)
-            self._wait_in_service(self.target)
-
-    def _wait_in_service(self, process) -> None:
-        """Beyond /health: back in the cluster (its metadata session replaced, if it expired)."""
-
-
-def _metadata_answers(broker) -> bool:
-    # Listing tenants reads the metadata store: it answers only once the broker's session works again.
-    # (Not leaderBroker: a new load-balancer leader is elected only at the next shedding round, up to 60 s.)
-    return http_status(f"http://127.0.0.1:{broker.http_port}/admin/v2/tenants") == 200
+        try:
+            _proxy(cluster).rejoin(self.target)
+            if self.target.alive:
+                self.target.wait_healthy(HEAL_TIMEOUT_S)
+                path = self._registration(self.target)
+                wait_until(lambda: _registered(cluster, path), HEAL_TIMEOUT_S,
+                           f"{self.target.name} to register again after the partition", interval_s=0.25)
+        finally:
+            getattr(cluster, "busy", set()).discard(id(self.target))
 
 
 class PartitionBookie(_Partition):
@@ -89,6 +108,9 @@ class PartitionBookie(_Partition):
 
     def _candidates(self, cluster) -> list:
         return _bookies(cluster)
+
+    def _registration(self, process) -> str:
+        return f"{BOOKIES_ROOT}/{process.bookie_id}"
 
 
 class PartitionBroker(_Partition):
@@ -99,9 +121,9 @@ class PartitionBroker(_Partition):
         brokers = list(getattr(cluster, "brokers", None) or [])
         return brokers if len(brokers) >= 2 else []  # someone must be left to take the bundles over
 
-    def _wait_in_service(self, process) -> None:
-        wait_until(lambda: _metadata_answers(process), HEAL_TIMEOUT_S,
-                   f"{process.name} to reach the metadata store again after the partition")
+    def _registration(self, process) -> str:
+        # A broker whose session expired registers again at its next load report (load_report_interval_s).
+        return f"{BROKERS_ROOT}/127.0.0.1:{process.port}"
 
 
 NET_FAULTS: list[type[Fault]] = [PartitionBookie, PartitionBroker]

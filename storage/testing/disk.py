@@ -54,6 +54,20 @@ def is_mount_point(path: Path) -> bool:
     return os.path.ismount(path)
 
 
+def unmount_all_under(root: Path) -> list[str]:
+    """Unmount every filesystem mounted at or below ``root`` (e.g. left by a bookie replaced meanwhile)."""
+    prefix = os.path.realpath(root)
+    try:
+        with open("/proc/mounts") as fh:
+            points = [line.split()[1].replace("\\040", " ") for line in fh]
+    except OSError:
+        return []
+    mine = [p for p in points if p == prefix or p.startswith(prefix + os.sep)]
+    for point in sorted(mine, key=len, reverse=True):
+        unmount(Path(point))
+    return mine
+
+
 def fill(path: Path) -> int:
     """Write ``path/FILLER_NAME`` until the filesystem answers ENOSPC; returns the bytes written.
 

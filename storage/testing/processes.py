@@ -362,6 +362,8 @@ class BookieCluster:
             bookie.stop()
         for bookie in self.bookies:
             bookie.unmount_disk()
+        if self.disk_limit_bytes is not None:
+            disk.unmount_all_under(Path(self.root))  # a bookie replaced meanwhile left its tmpfs behind
 
     def by_id(self, bookie_id: str) -> BookieProcess:
         for bookie in self.bookies:

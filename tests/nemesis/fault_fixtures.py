@@ -25,6 +25,7 @@ class FaultCluster:
     proxy: NetProxyProcess | None
     brokers: list[BrokerProcess] = field(default_factory=list)
     standalone: object = None
+    busy: set[int] = field(default_factory=set)  # id() of members an active fault holds (as the nemesis's cluster)
 
     @property
     def metadata_url(self) -> str:

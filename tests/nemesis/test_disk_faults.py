@@ -69,12 +69,14 @@ async def test_slow_disk_delays_every_journal_fsync_and_heals(fault_cluster):
     fault = SlowDisk(delay_ms=400)
     injected = await asyncio.to_thread(fault.inject, cluster, random.Random(1))
     assert injected.target == bookie.name and "+400 ms" in injected.detail
+    assert id(bookie) in cluster.busy  # no other fault takes it while this one holds it
     assert (await asyncio.to_thread(bookie.set_journal_faults, 400))["fsyncDelayMs"] == 400
     slow = await add_latency_s(3)
     assert slow >= 0.4 > fast, (slow, fast)  # each add waits for its own delayed fsync
     await asyncio.to_thread(fault.heal, cluster)
     healed = await add_latency_s(5)
     assert healed < 0.4, healed
+    assert not cluster.busy
     await handle.close()
     await client.close()
 
@@ -139,6 +141,13 @@ async def test_full_disk_is_a_real_enospc_that_turns_the_bookie_read_only(fault_
     assert all(disk.is_mount_point(Path(b.data_dir)) for b in cluster.bookies.bookies), \
         [b.disk_refused for b in cluster.bookies.bookies]
     await _full_disk_keeps_every_entry(cluster, expect_fallback=False)
+
+
+def test_every_tmpfs_under_a_root_is_unmounted(tmp_path):
+    for name in ("a", "b/c"):
+        disk.mount_tmpfs(tmp_path / name, 2 ** 20)
+    assert sorted(disk.unmount_all_under(tmp_path)) == [str(tmp_path / "a"), str(tmp_path / "b/c")]
+    assert not disk.is_mount_point(tmp_path / "a") and not disk.is_mount_point(tmp_path / "b/c")
 
 
 async def test_full_disk_falls_back_to_an_injected_enospc_without_a_mount(fault_cluster, monkeypatch):

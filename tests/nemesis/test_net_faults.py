@@ -171,7 +171,7 @@ async def test_a_partitioned_bookie_is_blackholed_replaced_in_the_ensemble_and_r
     assert await asyncio.to_thread(_answers, victim.advertised_port, BAD_FRAME)
     fault = PartitionBookie(victim)
     injected = await asyncio.to_thread(fault.inject, cluster, random.Random(7))
-    assert injected.target == victim.name
+    assert injected.target == victim.name and id(victim) in cluster.busy
 
     assert not await asyncio.to_thread(_answers, victim.advertised_port, BAD_FRAME)  # dropped, not refused
     assert await asyncio.to_thread(_answers, victim.port, BAD_FRAME)  # the bookie itself still serves
@@ -193,6 +193,7 @@ async def test_a_partitioned_bookie_is_blackholed_replaced_in_the_ensemble_and_r
     await asyncio.to_thread(fault.heal, cluster)
     await client.registry.wait_for(lambda r: victim.bookie_id in {b.bookie_id for b in r.writable()}, 30)
     assert (await asyncio.to_thread(cluster.proxy.describe))["rules"] == {"links": [], "pids": []}
+    assert not cluster.busy
     await handle.close()
     reader = await client.open_ledger(handle.ledger_id, recovery=False)
     assert [e.payload for e in await reader.read_entries(0, 59)] == payloads
