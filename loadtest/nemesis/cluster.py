@@ -14,11 +14,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from storage.testing.processes import BookieCluster, BrokerProcess
+from storage.testing.processes import BookieCluster, BrokerProcess, NetProxyProcess
 from storage.testing.zookeeper import ZooKeeperServer
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 SESSION_TIMEOUT_S = 4.0
+BOOKIE_DISK_BYTES = 512 * 1024 * 1024  # each bookie's own tmpfs, for the full-disk fault (when mounting is allowed)
 
 
 class NemesisCluster:
@@ -40,6 +41,7 @@ class NemesisCluster:
         self.bookies: BookieCluster | None = None
         self.brokers: list[BrokerProcess] = []
         self.standalone: BrokerProcess | None = None
+        self.proxy: NetProxyProcess | None = None  # the fault-injecting loopback proxy in front of every process
         self.replaced_bookies = 0  # bookies lost for good and replaced by new ones
         self.busy: set[int] = set()  # id() of the members an active fault holds
 
@@ -89,10 +91,15 @@ class NemesisCluster:
                 self.standalone.start(timeout_s=90)
                 return self
             self.zookeeper = ZooKeeperServer(self.root / "zk").start()
-            self.bookies = BookieCluster(self.zookeeper.url("/magnetar"), self.root / "bookies", zones=ZONES,
-                                         count=self.bookie_count, env=self.bookie_env).start(90)
+            # Every process is reached through the proxy (ZooKeeper too), so a partition can blackhole any one
+            # of them; bookies run in fault-injection mode (slow or failing fsync) on a tmpfs of their own.
+            self.proxy = NetProxyProcess(self.root).start()
+            self.bookies = BookieCluster(self.proxy.zookeeper_url(self.zookeeper, "/magnetar"), self.root / "bookies",
+                                         zones=ZONES, count=self.bookie_count, env=self.bookie_env, proxy=self.proxy,
+                                         fault_injection=True, disk_limit_bytes=BOOKIE_DISK_BYTES).start(90)
             self.brokers = [BrokerProcess(self.root / f"broker-{i}", metadata_url=self.metadata_url,
-                                          env=dict(self.broker_env)) for i in range(self.broker_count)]
+                                          env=dict(self.broker_env), proxy=self.proxy)
+                            for i in range(self.broker_count)]
             for b in self.brokers:
                 b.spawn()
             for b in self.brokers:
@@ -114,6 +121,8 @@ class NemesisCluster:
             self.bookies.stop()
         if self.zookeeper:
             self.zookeeper.cleanup()
+        if self.proxy is not None:
+            self.proxy.stop()
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 

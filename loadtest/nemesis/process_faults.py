@@ -191,12 +191,14 @@ class LoseBookie(Fault):
     def inject(self, cluster, rng: random.Random) -> Injected:
         lost = _pick(cluster, cluster.bookies.bookies, rng)
         lost.kill9()
+        lost.unmount_disk()
         shutil.rmtree(lost.data_dir, ignore_errors=True)
         cluster.replaced_bookies += 1
         index = cluster.bookies.bookies.index(lost)
         replacement = BookieProcess(
             cluster.metadata_url, cluster.root / "bookies" / f"replacement-{cluster.replaced_bookies}" / "data",
-            zone=lost.zone, upgrade_domain=lost.upgrade_domain, extra_args=list(lost.extra_args), env=dict(lost.env))
+            zone=lost.zone, upgrade_domain=lost.upgrade_domain, extra_args=list(lost.extra_args), env=dict(lost.env),
+            proxy=lost.proxy, disk_limit_bytes=lost.disk_limit_bytes, fault_injection=lost.fault_injection)
         cluster.bookies.bookies[index] = replacement
         cluster.busy.add(id(replacement))
         _release(cluster, lost)

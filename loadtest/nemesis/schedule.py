@@ -16,7 +16,9 @@ import random
 import threading
 from dataclasses import dataclass
 
+from loadtest.nemesis.disk_faults import DISK_FAULTS
 from loadtest.nemesis.fault import Fault
+from loadtest.nemesis.net_faults import NET_FAULTS
 from loadtest.nemesis.process_faults import PROCESS_FAULTS
 
 HOLD_S = (1.0, 4.0)
@@ -36,6 +38,8 @@ def _registry(*groups: list[type[Fault]]) -> dict[str, type[Fault]]:
 # Kind name -> Fault subclass. Add a module's list here (e.g. net_faults.NET_FAULTS, disk_faults.DISK_FAULTS).
 FAULT_KINDS: dict[str, type[Fault]] = _registry(
     PROCESS_FAULTS,
+    NET_FAULTS,
+    DISK_FAULTS,
 )
 
 

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-SEED = 2  # mixed: kill and pause of brokers and bookies, a ZooKeeper outage, a lost bookie (with the kinds of today)
+SEED = 4  # mixed: bit flip, full disk, partition, kill and pause of brokers and bookies, a lost bookie (all kinds registered)
 
 
 def test_five_rounds_of_mixed_faults_lose_nothing(tmp_path):
