@@ -21,7 +21,9 @@ from storage.testing.processes import VENV_BIN, BookieProcess
 from storage.testing.waiting import wait_until
 
 RESTART_TIMEOUT_S = 90.0
-RECOVER_TIMEOUT_S = 180.0
+# Re-replication copies every entry the lost bookie held: after 100 rounds that is tens of ledgers and thousands
+# of entries, minutes on a shared 2-core machine (seed 7 timed out at 180 s while still making progress).
+RECOVER_TIMEOUT_S = 600.0
 BROKERS_ROOT = "/loadbalance/brokers"  # DESIGN.md's metadata layout; chrooted under the cluster's path
 BOOKIES_ROOT = "/ledgers/available"
 

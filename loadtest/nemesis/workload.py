@@ -346,6 +346,12 @@ class Workload:
         return True
 
     def close(self) -> None:
+        """Stop every worker (also after a failed run, before the history closes), then the clients."""
+        self.stop_producing.set()
+        self.stop_consuming.set()
+        for worker in (*self.producers, *self.consumers, *([self.reader] if self.reader else [])):
+            if worker.thread.is_alive():
+                worker.thread.join(10)
         for client in self.clients:
             try:
                 client.close()
