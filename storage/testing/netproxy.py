@@ -67,37 +67,50 @@ def is_held(link: str, client_pid: int | None, rules: Rules) -> bool:
     return link in rules.links or (client_pid is not None and client_pid in rules.pids)
 
 
-def parse_proc_net_tcp(text: str, client_port: int, server_port: int) -> int | None:
-    """The socket inode of the loopback client end ``127.0.0.1:client_port`` -> ``:server_port``, or None.
+def loopback_sockets(text: str) -> dict[tuple[int, int], int]:
+    """(local port, remote port) -> socket inode, for every TCP socket in ``/proc/net/tcp`` text.
 
-    ``text`` is ``/proc/net/tcp``: addresses are hex ``IP:PORT`` with the IPv4
-    address in host (little-endian) byte order; the inode is the 10th column.
+    Addresses there are hex ``IP:PORT``; the inode is the 10th column. Only ports are kept: the proxy
+    serves loopback only, so a client end is told by its port and the link's port.
     """
+    out = {}
     for line in text.splitlines()[1:]:
         cols = line.split()
         if len(cols) < 10:
             continue
-        local, remote = cols[1], cols[2]
-        if int(local.rsplit(":", 1)[1], 16) == client_port and int(remote.rsplit(":", 1)[1], 16) == server_port:
-            return int(cols[9])
-    return None
-
-
-def owner_among(inode: int, pids) -> int | None:
-    """Which of ``pids`` holds a descriptor on socket ``inode`` (None: none of them)."""
-    wanted = f"socket:[{inode}]"
-    for pid in pids:
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:  # exited
+            out[(int(cols[1].rsplit(":", 1)[1], 16), int(cols[2].rsplit(":", 1)[1], 16))] = int(cols[9])
+        except ValueError:
             continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
-                    return pid
-            except OSError:
-                continue
-    return None
+    return out
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The socket inodes process ``pid`` holds descriptors on (empty if it exited)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def owners(pids) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
+    """One look at the kernel's tables: (socket table, inode -> owning pid among ``pids``). Blocking: run it
+    off the event loop (reading /proc/net/tcp takes tens of milliseconds on a busy machine)."""
+    try:
+        with open("/proc/net/tcp") as fh:
+            table = loopback_sockets(fh.read())
+    except OSError:
+        table = {}
+    return table, {inode: pid for pid in pids for inode in socket_inodes(pid)}
 
 
 class _Side(asyncio.Protocol):
@@ -163,8 +176,8 @@ class _Connection:
     client_port: int
     client: _Side | None = None
     server: _Side | None = None
-    client_pid: int | None = None
-    pid_resolved: bool = False
+    client_pid: int | None = None  # the owner of the client end, once found among isolated processes
+    not_among: frozenset[int] = frozenset()  # isolated processes already known not to own it
     held: bool = False
     closed: bool = False
 
@@ -237,7 +250,10 @@ class Proxy:
         client = conn.client
         peer = client.transport.get_extra_info("peername") if client.transport else None
         conn.client_port = peer[1] if peer else 0
-        self._classify(conn)
+        if self.rules.pids:
+            conn.hold()  # until we know whether an isolated process opened it
+            await self._resolve([conn], self.rules.pids)
+        conn.held = is_held(conn.link.name, conn.client_pid, self.rules)
         if conn.held:
             conn.hold()
         loop = asyncio.get_running_loop()
@@ -251,37 +267,38 @@ class Proxy:
             return
         conn.server = server
         client.peer, server.peer = server, client
+        conn.held = is_held(conn.link.name, conn.client_pid, self.rules)  # the rules may have changed meanwhile
         if conn.held:
             conn.hold()
         else:
             conn.release()
 
-    def _classify(self, conn: _Connection) -> None:
-        if self.rules.pids and not conn.pid_resolved:
-            conn.client_pid = self._client_pid(conn)
-            conn.pid_resolved = conn.client_pid is not None
-        conn.held = is_held(conn.link.name, conn.client_pid, self.rules)
+    @staticmethod
+    async def _resolve(conns: list[_Connection], pids: frozenset[int]) -> None:
+        """Find which of ``pids`` opened each of ``conns``, where not known yet."""
+        todo = [c for c in conns if c.client_pid is None and not pids <= c.not_among]
+        if not todo:
+            return
+        table, owned = await asyncio.to_thread(owners, pids)
+        for conn in todo:
+            inode = table.get((conn.client_port, conn.link.listen_port))
+            conn.client_pid = owned.get(inode) if inode is not None else None
+            if conn.client_pid is None:
+                conn.not_among = conn.not_among | pids
 
-    def _client_pid(self, conn: _Connection) -> int | None:
-        try:
-            with open("/proc/net/tcp") as fh:
-                inode = parse_proc_net_tcp(fh.read(), conn.client_port, conn.link.listen_port)
-        except OSError:
-            return None
-        return None if inode is None else owner_among(inode, self.rules.pids)
-
-    def set_rules(self, rules: Rules) -> None:
+    async def set_rules(self, rules: Rules) -> None:
+        conns = [c for link in self.links.values() for c in link.connections]
+        if rules.pids:
+            await self._resolve(conns, rules.pids)
         self.rules = rules
-        for link in self.links.values():
-            for conn in list(link.connections):
-                # A pid looked for under the old rules but not found may be one of the new ones.
-                if not conn.pid_resolved:
-                    conn.client_pid = None
-                self._classify(conn)
-                if conn.held:
-                    conn.hold()
-                else:
-                    conn.release()
+        for conn in conns:
+            if conn.closed or conn.server is None:
+                continue  # still connecting: _open_upstream decides under the new rules
+            conn.held = is_held(conn.link.name, conn.client_pid, rules)
+            if conn.held:
+                conn.hold()
+            else:
+                conn.release()
 
     def describe(self) -> dict:
         return {
@@ -352,7 +369,7 @@ async def _set_rules(request: web.Request) -> web.Response:
             raise ValueError(f"pids must be positive integers, got {pids!r}")
     except (ValueError, AttributeError, TypeError) as exc:
         return web.json_response({"error": f"bad rules: {exc}"}, status=400)
-    proxy.set_rules(Rules(frozenset(links), frozenset(pids)))
+    await proxy.set_rules(Rules(frozenset(links), frozenset(pids)))
     return web.json_response(proxy.describe())
 
 

@@ -428,7 +428,8 @@ class NetProxyProcess(ServiceProcess):
     def partition(self, links: list[str] = (), pids: list[int] = ()) -> dict:
         """Blackhole every connection to ``links`` and every connection opened by ``pids`` (replaces any
         earlier partition)."""
-        return http_json("PUT", f"http://127.0.0.1:{self.control_port}/rules", {"links": list(links), "pids": list(pids)})
+        return http_json("PUT", f"http://127.0.0.1:{self.control_port}/rules", {"links": list(links), "pids": list(pids)},
+                         timeout_s=60)
 
     def isolate(self, process: "BookieProcess | BrokerProcess") -> dict:
         """Cut ``process`` off from everyone, both ways: its own links and every connection it opens. Adds to the

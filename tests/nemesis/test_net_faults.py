@@ -23,7 +23,7 @@ import pytest
 from loadtest.nemesis.net_faults import NET_FAULTS, PartitionBookie, PartitionBroker
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
-from storage.testing.netproxy import Rules, is_held, parse_proc_net_tcp
+from storage.testing.netproxy import Rules, is_held, loopback_sockets
 from storage.testing.processes import NetProxyProcess, http_json
 from storage.testing.waiting import wait_until, wait_until_async
 from tests.cluster.support import client as pulsar_client, lookup, owner_of
@@ -53,9 +53,8 @@ PROC_NET_TCP = """\
 
 
 def test_the_client_end_of_a_loopback_connection_is_found_in_proc_net_tcp():
-    assert parse_proc_net_tcp(PROC_NET_TCP, client_port=0xA1B2, server_port=0x1F90) == 4242
-    assert parse_proc_net_tcp(PROC_NET_TCP, client_port=0x1F90, server_port=0xA1B2) == 4343
-    assert parse_proc_net_tcp(PROC_NET_TCP, client_port=1, server_port=0x1F90) is None
+    # Each end of a loopback connection is a socket of its own: (local port, remote port) tells them apart.
+    assert loopback_sockets(PROC_NET_TCP) == {(0xA1B2, 0x1F90): 4242, (0x1F90, 0xA1B2): 4343}
 
 
 @pytest.fixture
