@@ -42,6 +42,10 @@ _producer_names = itertools.count()
 class ProducerBinding:
     producer: Producer
     topic: object
+    # The retriable error an earlier SEND of this producer failed with. Every later SEND fails with it too, without
+    # being stored, until the client creates the producer again and resends in order: otherwise a message already
+    # pipelined behind the refused one could be stored before it (nemesis seed 11).
+    failed: BrokerError | None = None
 
 
 @dataclass
@@ -171,6 +175,7 @@ def on_producer(conn, frame) -> None:
     check_producer(c)
     existing = conn.producers.get(c.producer_id)
     if existing is not None:  # a retry of a create that already succeeded
+        existing.failed = None  # the client resends what is pending after this, in order
         _producer_success(conn, c.request_id, existing.producer, existing.topic)
         return
     topic_name = parse_topic(c.topic)
@@ -241,8 +246,13 @@ def on_send(conn, frame) -> None:
 
     async def run():
         try:
+            if binding.failed is not None:
+                error(binding.failed)
+                return
             position = await topic.publish(producer, c.sequence_id, highest, num_messages, frame.headers_and_payload)
         except BrokerError as exc:
+            if exc.retriable:
+                binding.failed = exc
             error(exc)
             if isinstance(exc, TopicFencedError):
                 conn.out.close_producer(c.producer_id)
