@@ -80,6 +80,9 @@ def run(args: argparse.Namespace, log=print) -> dict:
             nemesis.run(rounds, kinds)
             log("faults done; draining the consumers")
             result["drained"] = workload.stop_and_drain(timeout_s=90)
+            if workload.stuck_producers:
+                result["stuck_producers"] = workload.stuck_producers
+                log(f"producers that could not finish their sends: {', '.join(workload.stuck_producers)}")
             log("final reads")
             workload.final_reads()
         except (FaultError, TimeoutError) as exc:

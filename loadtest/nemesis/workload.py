@@ -31,6 +31,7 @@ DEDUP_NAMESPACE = "public/nemesis-dedup"
 PARTITIONS = 3
 WINDOW = 50  # unanswered sends per producer
 SEND_TIMEOUT_MS = 30_000
+CLOSE_TIMEOUT_S = 60.0  # producers still flushing after this are left behind (their sends stay unknown)
 KEYS = 4  # distinct keys per producer (Key_Shared order is checked per key)
 DEFINITE = (pulsar.Result.ProducerQueueIsFull, pulsar.Result.AlreadyClosed, pulsar.Result.InvalidMessage,
             pulsar.Result.MessageTooBig)
@@ -261,6 +262,7 @@ class Workload:
         self.producers: list[_Producer] = []
         self.consumers: list[_Consumer] = []
         self.reader: _Reader | None = None
+        self.stuck_producers: list[str] = []
 
     def _new_client(self, api: str, i: int):
         if api == "pulsar":
@@ -289,8 +291,18 @@ class Workload:
         self.stop_producing.set()
         for p in self.producers:
             p.thread.join(10)
-        for p in self.producers:
-            p.close()
+        # A producer whose sends the broker keeps refusing never finishes flushing (seed 7 hung here on a dedup
+        # topic answering "still being stored" for minutes): close each on a thread of its own, with a deadline;
+        # what stays unanswered counts as unknown.
+        closers = [threading.Thread(target=p.close, daemon=True) for p in self.producers]
+        for t in closers:
+            t.start()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for t in closers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.stuck_producers = [p.spec.name for p, t in zip(self.producers, closers) if t.is_alive()]
+        if self.stuck_producers:
+            self.history.record("close", "unknown", "nemesis", producers=self.stuck_producers)
         acked: dict[str, set[str]] = {}
         for e in self.history.events():
             if e["f"] == "send" and e["type"] == "ok":
@@ -352,8 +364,17 @@ class Workload:
         for worker in (*self.producers, *self.consumers, *([self.reader] if self.reader else [])):
             if worker.thread.is_alive():
                 worker.thread.join(10)
-        for client in self.clients:
+
+        def close_quietly(client) -> None:
             try:
                 client.close()
             except Exception:  # noqa: BLE001
                 pass
+
+        # A client closes its producers first, which waits for their unanswered sends: not forever.
+        closers = [threading.Thread(target=close_quietly, args=(c,), daemon=True) for c in self.clients]
+        for t in closers:
+            t.start()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for t in closers:
+            t.join(max(0.0, deadline - time.monotonic()))
