@@ -65,6 +65,11 @@ class BrokerConfig:
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
+    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
+    # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
+    # (broker/server/command_budget.py). 0 = unlimited.
+    max_control_commands_per_connection_per_s: float = 1000.0
+    max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -261,6 +266,9 @@ class BrokerConfig:
                      "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:
+            raise ValueError("max_control_commands_per_connection_per_s and max_wasted_commands_per_connection_per_s "
+                             "must be >= 0 (0 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:

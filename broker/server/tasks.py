@@ -60,6 +60,7 @@ class CommandTasks:
         except asyncio.CancelledError:
             raise
         except BrokerError as exc:
+            conn.budget.wasted()
             if request_id is not None:
                 conn.out.error(request_id, exc)
             if close_when_not_ready and isinstance(exc, ServiceNotReadyError):
