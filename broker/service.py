@@ -28,6 +28,7 @@ from broker.errors import (
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
+from broker.topics.throttling import broker_publish_throttle
 from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
@@ -67,6 +68,7 @@ class BrokerService:
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
+        self.publish_rate = broker_publish_throttle(config, lambda: [c for c in self.connections if c.producers])
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
