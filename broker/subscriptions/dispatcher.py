@@ -27,7 +27,6 @@ import time
 
 from broker.subscriptions.consumer import Consumer, DispatchedEntry
 from broker.subscriptions.redelivery import RedeliveryTracker
-from broker.topics.rate_limits import entries_allowed
 from magnetar.protocol.frames import parse_headers_and_payload
 from storage.errors import StorageError
 
@@ -61,7 +60,7 @@ class Dispatcher(abc.ABC):
         self.max_read_batch_size = max_read_batch_size
         self.max_read_bytes = DEFAULT_MAX_READ_BYTES  # Pulsar's dispatcherMaxReadSizeBytes; set from the config
         self._avg_entry_bytes = 0.0  # recent entries' size, to turn the byte bound into an entry count
-        # The dispatch rates (broker.topics.throttling.SubscriptionRates: wait() and allowance()); None = no limit.
+        # The dispatch rates (broker.topics.throttling.SubscriptionRates: wait() and entries()); None = no limit.
         self.rate_limits = None
         self.consumers: list[Consumer] = []
         self.redelivery = RedeliveryTracker()
@@ -173,7 +172,7 @@ class Dispatcher(abc.ABC):
         """``count`` entries, or fewer when the dispatch rates allow fewer messages or bytes this period."""
         if self.rate_limits is None:
             return count
-        return entries_allowed(count, self.rate_limits.allowance(), self._avg_entry_bytes)
+        return self.rate_limits.entries(count, self._avg_entry_bytes)
 
     async def read_tail(self, count: int) -> list | None:
         """Read from the cursor; at the tail, wait for a publish or a wake-up (then None).

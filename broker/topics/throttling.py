@@ -24,7 +24,7 @@ import time
 from typing import Callable, Iterable
 
 from broker.topics.rate_limits import (
-    UNLIMITED, Clock, Rate, RateLimiter, RateMeter, dispatch_rate, publish_rate, tightest,
+    UNLIMITED, Clock, Rate, RateLimiter, RateMeter, dispatch_rate, entries_allowed, publish_rate, tightest,
 )
 
 BROKER_PUBLISH_RATE = "broker publish rate"
@@ -187,8 +187,9 @@ class SubscriptionRates:
     def wait(self) -> float | None:
         return self.rates.dispatch_wait(self.subscription)
 
-    def allowance(self) -> tuple[int | None, int | None]:
-        return self.rates.dispatch_allowance(self.subscription)
+    def entries(self, count: int, avg_entry_bytes: float) -> int:
+        """How many of ``count`` entries the next read may bring under the rates."""
+        return entries_allowed(count, self.rates.dispatch_allowance(self.subscription), avg_entry_bytes)
 
 
 def broker_publish_throttle(config, connections: Callable[[], Iterable]) -> PublishThrottle:
