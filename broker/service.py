@@ -32,6 +32,7 @@ from broker.topics.throttling import broker_publish_throttle
 from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
+from broker.ownership.policy_watch import PolicyWatch
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
@@ -63,6 +64,7 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
@@ -315,10 +317,12 @@ class BrokerService:
         with persistence_errors(f"opening topic {name} failed"):
             ml = await self.factory.open(name.managed_ledger_name, ml_config)
         try:
-            return await PersistentTopic.load(self, name, ml, policies)
+            topic = await PersistentTopic.load(self, name, ml, policies)
         except BaseException:
             await ml.close()
             raise
+        self.policy_watch.attach(topic)
+        return topic
 
     async def create_topic(self, name: TopicName) -> None:
         """Admin: create a non-partitioned topic (its managed ledger)."""
@@ -376,6 +380,7 @@ class BrokerService:
         for server in self._servers:
             server.close()
         self.authorization.close()
+        self.policy_watch.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here

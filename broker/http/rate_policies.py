@@ -16,7 +16,8 @@ Pulsar keeps each rate per cluster in the namespace's policies
 ``subscriptionDispatchRate``: {cluster: rate}); so does this module, under the
 broker's ``cluster_name``. A change applies at once to the namespace's topics
 loaded on this broker (broker/topics/throttling.py); other brokers' loaded
-topics take it when they next load them.
+topics get it through their watch on the namespace's policies
+(broker/ownership/policy_watch.py).
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ class PersistentTopic:
         self.last_batch_size = None  # messages in the last entry, known once read or written here
         self.created_ms = int(time.time() * 1000)
         self.rates = TopicRates(self)  # publish and dispatch rates (broker/topics/throttling.py)
+        self.closing_hooks: list = []  # called once when the topic closes (e.g. to stop watching its policies)
 
     @classmethod
     async def load(cls, service, name: TopicName, ml, policies) -> "PersistentTopic":
@@ -346,6 +347,8 @@ class PersistentTopic:
             return
         self.closed = True
         self.rates.close()
+        for hook in self.closing_hooks:
+            hook()
         if self._publishing:
             # Let in-flight writes finish and their receipts go out before the producers are told to move,
             # so a graceful hand-off causes no resend (and no duplicate).

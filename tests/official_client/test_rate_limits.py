@@ -7,7 +7,6 @@ following second, so M messages take about M/N - 1 seconds; the bounds below all
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -15,7 +14,7 @@ import pulsar
 import pytest
 
 from storage.testing.waiting import wait_until
-from tests.official_client.support import admin_call as call, receive_n
+from tests.official_client.support import admin_call as call, publish_all, receive_n
 
 RATE = 50  # messages per second
 MESSAGES = 5 * RATE  # about 4 s at the rate
@@ -25,24 +24,6 @@ def _namespace(standalone, name: str) -> str:
     ns = f"public/{name}-{uuid.uuid4().hex[:6]}"
     assert call(standalone, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
     return ns
-
-
-def _publish_all(producer, count: int, timeout_s: float = 30.0) -> float:
-    """Send ``count`` messages asynchronously; the seconds until every receipt arrived."""
-    done, failed, lock = [0], [], threading.Lock()
-
-    def receipt(result, _msg_id):
-        with lock:
-            done[0] += 1
-            if result != pulsar.Result.Ok:
-                failed.append(result)
-
-    started = time.monotonic()
-    for i in range(count):
-        producer.send_async(f"m{i}".encode(), receipt)
-    wait_until(lambda: done[0] == count, timeout_s, lambda: f"receipts for {count} messages; have {done[0]}")
-    assert failed == []
-    return time.monotonic() - started
 
 
 def _receive_all(consumer, count: int) -> float:
@@ -107,6 +88,24 @@ def test_bad_rate_bodies_get_400_naming_the_field(standalone, policy, body, name
     assert call(standalone, "GET", f"/admin/v2/namespaces/{ns}/{policy}")[0] == 204  # nothing stored
 
 
+def test_rates_in_a_namespace_created_with_pulsars_policies_document(standalone, client):
+    """PUT .../{ns} with a Pulsar Policies body: its rates are checked (400 naming the field), stored and applied."""
+    ns = f"public/created-{uuid.uuid4().hex[:6]}"
+    bad = {"publishMaxMessageRate": {"standalone": {"publishThrottlingRateInMsg": "x"}}}
+    status, answer = call(standalone, "PUT", f"/admin/v2/namespaces/{ns}", bad)
+    assert status == 400 and "publishThrottlingRateInMsg" in answer["reason"]
+    good = {"subscriptionDispatchRate": {"standalone": {"dispatchThrottlingRateInMsg": RATE}}}
+    assert call(standalone, "PUT", f"/admin/v2/namespaces/{ns}", good)[0] == 204
+    assert call(standalone, "GET", f"/admin/v2/namespaces/{ns}/subscriptionDispatchRate")[1] == {
+        "dispatchThrottlingRateInMsg": RATE, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False}
+    topic = f"persistent://{ns}/t"
+    client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
+    publish_all(client.create_producer(topic, batching_enabled=False), 3 * RATE)
+    elapsed = _receive_all(client.subscribe(topic, "s"), 3 * RATE)
+    assert 2 * 0.75 <= elapsed <= 2 * 1.6 + 1, elapsed
+
+
 def test_rate_policies_of_a_missing_namespace_are_404(standalone):
     for method in ("GET", "POST", "DELETE"):
         body = {"publishThrottlingRateInMsg": 1} if method == "POST" else None
@@ -120,11 +119,11 @@ def test_publish_rate_holds_a_producer_to_the_rate_and_changes_apply_to_the_load
     ns = _namespace(standalone, "pubrate")
     topic = f"persistent://{ns}/t"
     producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=2 * MESSAGES)
-    unlimited_s = _publish_all(producer, MESSAGES)  # the reference, in the same run
+    unlimited_s = publish_all(producer, MESSAGES)  # the reference, in the same run
 
     assert call(standalone, "POST", f"/admin/v2/namespaces/{ns}/publishRate",
                 {"publishThrottlingRateInMsg": RATE, "publishThrottlingRateInByte": -1})[0] == 204
-    limited_s = _publish_all(producer, MESSAGES)
+    limited_s = publish_all(producer, MESSAGES)
     expected = _expected_s(MESSAGES, RATE)
     print(f"publish {MESSAGES} at {RATE}/s: {limited_s:.2f} s (expected {expected:.1f}); unlimited {unlimited_s:.2f} s")
     assert expected * 0.75 <= limited_s <= expected * 1.6 + 1, (limited_s, expected, unlimited_s)
@@ -133,7 +132,7 @@ def test_publish_rate_holds_a_producer_to_the_rate_and_changes_apply_to_the_load
 
     # Removed on the loaded topic (no unload): the producer is at full speed again.
     assert call(standalone, "DELETE", f"/admin/v2/namespaces/{ns}/publishRate")[0] == 204
-    after_s = _publish_all(producer, MESSAGES)
+    after_s = publish_all(producer, MESSAGES)
     print(f"after DELETE: {after_s:.2f} s")
     assert after_s < expected * 0.5, (after_s, unlimited_s)
 
@@ -170,7 +169,7 @@ def test_dispatch_rate_holds_a_consumer_to_the_rate(standalone, client, policy):
     fast.close()
     slow.close()
     producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=2 * MESSAGES)
-    _publish_all(producer, MESSAGES)
+    publish_all(producer, MESSAGES)
 
     unlimited_s = _receive_all(client.subscribe(topic, "reference"), MESSAGES)  # the reference, same run
     assert call(standalone, "POST", f"/admin/v2/namespaces/{ns}/{policy}",
@@ -184,7 +183,7 @@ def test_dispatch_rate_holds_a_consumer_to_the_rate(standalone, client, policy):
 
     # Removed while the consumer is connected: what comes next is not held back.
     assert call(standalone, "DELETE", f"/admin/v2/namespaces/{ns}/{policy}")[0] == 204
-    _publish_all(producer, MESSAGES)
+    publish_all(producer, MESSAGES)
     assert _receive_all(consumer, MESSAGES) < expected * 0.5
 
 
@@ -195,7 +194,7 @@ def test_a_dispatch_rate_with_a_longer_period(standalone, client):
     client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
     producer = client.create_producer(topic, batching_enabled=False)
     count = 3 * RATE
-    _publish_all(producer, count)
+    publish_all(producer, count)
     assert call(standalone, "POST", f"/admin/v2/namespaces/{ns}/subscriptionDispatchRate",
                 {"dispatchThrottlingRateInMsg": RATE, "ratePeriodInSecond": 2})[0] == 204
     elapsed = _receive_all(client.subscribe(topic, "s"), count)
