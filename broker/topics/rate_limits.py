@@ -6,7 +6,8 @@ How it works: a ``Rate`` is a quota of messages and/or bytes per period
 read can carry the count past the quota (it is not split), so usage beyond
 the quota is carried into the next periods as debt: each period that passes
 pays off one quota. The long-run rate therefore never exceeds the quota,
-and a burst that overshot is followed by correspondingly longer pauses.
+and a burst that overshot is followed by correspondingly longer pauses. A
+period begins with the first use after an idle one (nothing counted in it).
 
 Callers ask ``exhausted()`` (stop now?), ``available()`` (how much may still
 pass this period) and ``resume_at()`` (when there is room again). The I/O that
@@ -110,6 +111,10 @@ class RateLimiter:
 
     def record(self, messages: int, nbytes: int) -> None:
         self._roll()
+        if self.used_messages == 0 and self.used_bytes == 0:
+            # A period begins with the first use after an idle stretch, so the first N of a burst and each N
+            # after them are a period apart, wherever the burst starts.
+            self._period_start = self.clock()
         self.used_messages += messages
         self.used_bytes += nbytes
 

@@ -69,11 +69,19 @@ LIMITER_CASES = {
         (4.9, "resume_at", None, 5.0),
         (5.0, "exhausted", None, False),
     ]),
-    "idle periods clear the count; periods stay aligned": (Rate(10), [
+    "idle periods clear the count; a period begins with the first use after them": (Rate(10), [
         (0.0, "record", (10, 0), None),
         (5.5, "available", None, (10, None)),
         (5.5, "record", (10, 0), None),
-        (5.5, "resume_at", None, 6.0),
+        (5.5, "resume_at", None, 6.5),
+        (6.2, "exhausted", None, True),
+        (6.5, "exhausted", None, False),
+    ]),
+    "debt keeps the periods in step": (Rate(10), [
+        (0.3, "record", (15, 0), None),
+        (1.4, "available", None, (5, None)),
+        (1.4, "record", (5, 0), None),
+        (1.4, "resume_at", None, 2.3),
     ]),
     "a higher rate frees at once, usage is kept": (Rate(10), [
         (0.0, "record", (10, 0), None),

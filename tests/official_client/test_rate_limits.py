@@ -7,6 +7,7 @@ following second, so M messages take about M/N - 1 seconds; the bounds below all
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -201,3 +202,62 @@ def test_a_dispatch_rate_with_a_longer_period(standalone, client):
     expected = 2 * _expected_s(count, RATE)  # 4 s
     print(f"{count} at {RATE} per 2 s: {elapsed:.2f} s (expected {expected:.1f})")
     assert expected * 0.75 <= elapsed <= expected * 1.6 + 1, (elapsed, expected)
+
+
+# ---- the broker's defaults, by Pulsar's keys in a properties file ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def defaults_broker(tmp_path_factory):
+    """A standalone broker whose defaults limit every subscription's dispatch and the broker's publishing."""
+    from storage.testing.processes import BrokerProcess
+
+    root = tmp_path_factory.mktemp("rate-defaults")
+    conf = root / "standalone.conf"
+    conf.write_text(f"dispatchThrottlingRatePerSubscriptionInMsg={RATE}\n"
+                    f"brokerPublisherThrottlingMaxMessageRate={2 * RATE}\n")
+    broker = BrokerProcess(root / "data", extra_args=["--config", str(conf)])
+    broker.start(timeout_s=60)
+    yield broker
+    broker.stop()
+
+
+def test_broker_default_subscription_dispatch_rate_and_a_namespace_policy_over_it(defaults_broker):
+    c = pulsar.Client(defaults_broker.service_url, operation_timeout_seconds=15,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        ns = _namespace(defaults_broker, "defaults")
+        topic = f"persistent://{ns}/t"
+        for sub in ("by-default", "by-policy"):
+            c.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+        publish_all(c.create_producer(topic, batching_enabled=False), MESSAGES, timeout_s=60)
+        elapsed = _receive_all(c.subscribe(topic, "by-default"), MESSAGES)
+        expected = _expected_s(MESSAGES, RATE)
+        print(f"broker default {RATE}/s per subscription: {MESSAGES} in {elapsed:.2f} s (expected {expected:.1f})")
+        assert expected * 0.75 <= elapsed <= expected * 1.6 + 1, elapsed
+        # The namespace's policy wins over the broker's default: -1 is no limit.
+        assert call(defaults_broker, "POST", f"/admin/v2/namespaces/{ns}/subscriptionDispatchRate",
+                    {"dispatchThrottlingRateInMsg": -1})[0] == 204
+        assert _receive_all(c.subscribe(topic, "by-policy"), MESSAGES) < expected * 0.5
+    finally:
+        c.close()
+
+
+def test_broker_wide_publish_rate_counts_every_topic_together(defaults_broker):
+    c = pulsar.Client(defaults_broker.service_url, operation_timeout_seconds=15,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        producers = [c.create_producer(f"persistent://public/default/broker-wide-{i}-{uuid.uuid4().hex[:6]}",
+                                       batching_enabled=False) for i in range(2)]
+        results = []
+        threads = [threading.Thread(target=lambda p=p: results.append(publish_all(p, MESSAGES, timeout_s=60)))
+                   for p in producers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        expected = _expected_s(2 * MESSAGES, 2 * RATE)  # 500 messages at 100/s, both topics together
+        print(f"broker-wide {2 * RATE}/s: two topics x {MESSAGES} in {max(results):.2f} s (expected {expected:.1f})")
+        assert len(results) == 2 and expected * 0.75 <= max(results) <= expected * 1.6 + 1, results
+    finally:
+        c.close()
