@@ -7,6 +7,8 @@ import asyncio
 
 import pytest
 
+from broker.config import RATE_LIMIT_FIELDS, BrokerConfig
+from broker.pulsar_conf import load_pulsar_file
 from broker.topics.rate_limits import (
     DISPATCH_RATE_FIELDS, PUBLISH_RATE_FIELDS, UNLIMITED, Rate, RateLimiter, RateMeter, check_rate_document,
     dispatch_rate, entries_allowed, publish_rate, tightest,
@@ -258,3 +260,20 @@ async def test_publish_throttle_without_a_rate_counts_nothing():
     for _ in range(1000):
         throttle.on_send(conn, 100, 10**6)
     assert not throttle.throttled and throttle.limiter.used_messages == 0
+
+
+@pytest.mark.parametrize("field", RATE_LIMIT_FIELDS)
+def test_rate_defaults_below_minus_one_are_refused_by_name(field):
+    assert BrokerConfig("memory://unused", **{field: -1}).validate()  # -1, like 0, is no limit
+    with pytest.raises(ValueError, match=field):
+        BrokerConfig("memory://unused", **{field: -2}).validate()
+
+
+def test_pulsar_rate_keys_reach_the_broker_config(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("maxPublishRatePerTopicInMessages=10\nmaxPublishRatePerTopicInBytes=1000\n"
+                    "dispatchThrottlingRatePerTopicInMsg=20\ndispatchThrottlingRateRelativeToPublishRate=true\n")
+    config = BrokerConfig(**{"metadata_store_url": "memory://unused", **load_pulsar_file(conf).values})
+    assert (config.max_publish_rate_per_topic_in_messages, config.max_publish_rate_per_topic_in_bytes,
+            config.dispatch_throttling_rate_per_topic_in_msg,
+            config.dispatch_throttling_rate_relative_to_publish_rate) == (10, 1000, 20, True)
