@@ -103,6 +103,7 @@ class TopicRates:
         self.publish = PublishThrottle(UNLIMITED, f"publish rate of {topic.name}", self._producer_connections, clock)
         self.dispatch = self._limiter(UNLIMITED)
         self.subscription_rate = UNLIMITED
+        self._measure_publish = False  # only a relativeToPublishRate dispatch rate needs the publish rate
         self._subscriptions: dict[str, RateLimiter] = {}
         self.apply(topic.policies)
 
@@ -121,6 +122,8 @@ class TopicRates:
                                                config.dispatch_throttling_rate_per_subscription_in_byte, relative)
         for limiter in self._subscriptions.values():
             limiter.update(self.subscription_rate)
+        self._measure_publish = any(r.limited and r.relative_to_publish_rate
+                                    for r in (self.dispatch.rate, self.subscription_rate))
         for sub in list(self.topic.subscriptions.values()):
             if sub.dispatcher is not None:
                 sub.dispatcher.wake()  # a dispatcher waiting out a period decides again under the new rate
@@ -129,7 +132,8 @@ class TopicRates:
 
     def on_send(self, conn, messages: int, nbytes: int) -> None:
         """Count a SEND as it is read; pauses the producers' connections when the topic's rate is used up."""
-        self.publish_meter.record(messages, nbytes)
+        if self._measure_publish:
+            self.publish_meter.record(messages, nbytes)
         self.publish.on_send(conn, messages, nbytes)
 
     def _producer_connections(self):

@@ -277,3 +277,55 @@ def test_pulsar_rate_keys_reach_the_broker_config(tmp_path):
     assert (config.max_publish_rate_per_topic_in_messages, config.max_publish_rate_per_topic_in_bytes,
             config.dispatch_throttling_rate_per_topic_in_msg,
             config.dispatch_throttling_rate_relative_to_publish_rate) == (10, 1000, 20, True)
+
+
+# ---- a topic's rates from its namespace's policies and the broker's defaults -------------------------------------
+
+
+def _topic(policies, **config):
+    from types import SimpleNamespace
+
+    from broker.topics.names import parse_topic
+
+    return SimpleNamespace(name=parse_topic("persistent://public/default/t"), policies=policies, subscriptions={},
+                           producers={}, config=BrokerConfig("memory://unused", **config))
+
+
+def _policies(**docs):
+    from broker.ownership.resources import NamespacePolicies
+
+    return NamespacePolicies.from_json(docs)
+
+
+def test_topic_rates_take_this_clusters_policy_else_the_broker_default():
+    from broker.topics.throttling import TopicRates
+
+    clock = Clock()
+    rates = TopicRates(_topic(_policies(), dispatch_throttling_rate_per_subscription_in_msg=7,
+                              max_publish_rate_per_topic_in_bytes=500), clock)
+    assert rates.dispatch_allowance("s") == (7, None)
+    assert rates.publish.limiter.rate == Rate(0, 500)
+    # Another cluster's rate does not apply here; this cluster's does, and replaces the default.
+    rates.apply(_policies(subscriptionDispatchRate={"elsewhere": {"dispatchThrottlingRateInMsg": 1}}))
+    assert rates.dispatch_allowance("s") == (7, None)
+    rates.apply(_policies(subscriptionDispatchRate={"standalone": {"dispatchThrottlingRateInMsg": 3}},
+                          topicDispatchRate={"standalone": {"dispatchThrottlingRateInByte": 100}}))
+    assert rates.dispatch_allowance("s") == (3, 100)
+    rates.dispatched("s", 2, 60)
+    assert rates.dispatch_allowance("s") == (1, 40)
+    assert rates.dispatch_allowance("other") == (3, 40)  # the topic's bytes are shared; each subscription has its own
+    rates.dispatched("s", 1, 10)
+    assert rates.dispatch_wait("s") == pytest.approx(1.0)
+    clock.now += 1.0
+    assert rates.dispatch_wait("s") is None
+
+
+def test_topic_rates_relative_to_publish_rate():
+    from broker.topics.throttling import TopicRates
+
+    clock = Clock()
+    rates = TopicRates(_topic(_policies(subscriptionDispatchRate={"standalone": {
+        "dispatchThrottlingRateInMsg": 10, "relativeToPublishRate": True}})), clock)
+    rates.on_send(Conn(), 30, 3000)  # 30 messages published in this second
+    clock.now += 1.0
+    assert rates.dispatch_allowance("s") == (40, None)  # 10 above the publish rate of the last second
