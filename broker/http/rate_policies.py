@@ -71,7 +71,8 @@ def _register(name: str) -> None:
     @requires(Need.TENANT_ADMIN)
     async def get_rate(request):
         service = request.app[SERVICE]
-        rate = (getattr(await service.resources.get_policies(_ns(request)), attr) or {}).get(service.config.cluster_name)
+        rates = getattr(await service.resources.get_policies(_ns(request)), attr) or {}
+        rate = rates.get(service.config.cluster_name)
         if rate is None:
             return web.Response(status=204)  # Pulsar's answer for a rate that is not set
         return web.json_response(rate)
