@@ -92,13 +92,12 @@ class ServerConnection(asyncio.Protocol):
         client's turn) for all of them. Reading pauses until every frame read is handled, and while the
         connection has spent its command budget (broker.server.command_budget)."""
         for _ in range(FRAMES_PER_TURN):
-            if self.closed or self._budget_timer is not None:
+            if self.closed:
                 return
             wait_s = self.budget.wait_s()
-            if wait_s > 0:
-                self.tasks.pause_reading(BUDGET_SPENT)
+            if wait_s > 0 and self._budget_timer is None:
+                self.tasks.pause_reading(BUDGET_SPENT, hold_frames=True)
                 self._budget_timer = asyncio.get_running_loop().call_later(wait_s, self._budget_refilled)
-                return
             if self.tasks.holding_frames:
                 # Nothing more is read while frames already read wait: the session would queue them unbounded.
                 self.tasks.pause_reading(FRAMES_WAITING)
@@ -120,8 +119,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _budget_refilled(self) -> None:
         self._budget_timer = None
-        self.tasks.resume_reading(BUDGET_SPENT)
-        self.handle_frames()
+        self.tasks.resume_reading(BUDGET_SPENT)  # handles the frames held meanwhile
 
     def connection_lost(self, exc) -> None:
         self.closed = True

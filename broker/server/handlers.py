@@ -239,6 +239,8 @@ def on_send(conn, frame) -> None:
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
     size = len(frame.headers_and_payload)
     conn.tasks.send_started(size)
+    topic.rates.on_send(conn, num_messages, size)  # publish rates: may pause this connection's reading
+    conn.service.publish_rate.on_send(conn, num_messages, size)
 
     async def run():
         try:
