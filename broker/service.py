@@ -32,6 +32,7 @@ from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.schemas.registry import SchemaRegistry
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
@@ -62,6 +63,7 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.schemas = SchemaRegistry(self)
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()

@@ -127,6 +127,10 @@ class NamespacePolicies:
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
     auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
+    # Schema policies (broker/schemas): a strategy name, None = the broker's default.
+    schema_compatibility_strategy: str | None = None
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool | None = None
 
     def to_json(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if v is not None and not k.startswith("retention")}

@@ -10,7 +10,6 @@ wire as 8 big-endian bytes (Pulsar's LongSchemaVersion).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from magnetar.protocol import pulsar_api_pb2 as pb
 
 # REST name <-> wire enum value (Schema.Type).
 TYPE_NAMES: dict[int, str] = {
-    pb.Schema.Type.Value("None"): "NONE",  # "None" is a Python keyword, so no attribute
+    pb.Schema.Type.Value("None"): "BYTES",  # "None" is a Python keyword, so no attribute
     pb.Schema.String: "STRING", pb.Schema.Json: "JSON", pb.Schema.Protobuf: "PROTOBUF", pb.Schema.Avro: "AVRO",
     pb.Schema.Bool: "BOOLEAN", pb.Schema.Int8: "INT8", pb.Schema.Int16: "INT16", pb.Schema.Int32: "INT32",
     pb.Schema.Int64: "INT64", pb.Schema.Float: "FLOAT", pb.Schema.Double: "DOUBLE", pb.Schema.Date: "DATE",
@@ -29,10 +28,11 @@ TYPE_NAMES: dict[int, str] = {
     pb.Schema.LocalDateTime: "LOCAL_DATE_TIME", pb.Schema.ProtobufNative: "PROTOBUF_NATIVE",
 }
 TYPE_VALUES: dict[str, int] = {name: value for value, name in TYPE_NAMES.items()}
-# Types whose definition is an Avro-style record schema, checked by Avro's resolution rules.
-AVRO_BASED = frozenset({"AVRO", "JSON", "PROTOBUF"})
-# BYTES is Pulsar's "no schema": the clients send none for it, and the REST accepts the name.
-TYPE_VALUES["BYTES"] = TYPE_VALUES["NONE"]
+# Types whose definition is an Avro-style schema, checked by Avro's resolution rules (PROTOBUF compares by type).
+AVRO_BASED = frozenset({"AVRO", "JSON"})
+# The wire's "None" is BYTES: a client that declares it (the C++-based official clients do) registers a BYTES
+# schema, as with Pulsar, so a typed producer is later refused there. NONE is the REST's name for the same.
+TYPE_VALUES["NONE"] = TYPE_VALUES["BYTES"]
 
 # Bounds on what a client or admin may register (a definition lives in one metadata node).
 MAX_DEFINITION_BYTES = 256 * 1024
@@ -58,17 +58,19 @@ class SchemaInfo:
     def __post_init__(self):
         check_info(self)
 
-    @property
-    def is_none(self) -> bool:
-        return self.type in ("NONE", "BYTES")
-
     def same_as(self, other: "SchemaInfo") -> bool:
-        """Pulsar's "same schema": equal type, definition and properties (the name is not part of it)."""
-        return (self.type, self.data, self.properties) == (other.type, other.data, other.properties)
+        """The same schema: equal type, definition and properties (the name is not part of it). An Avro-style
+        definition is compared as JSON, so clients that indent it differently still find their version."""
+        return (self.type, self.properties) == (other.type, other.properties) and \
+            self.canonical_data() == other.canonical_data()
 
-    def fingerprint(self) -> str:
-        return hashlib.sha256(self.type.encode() + b"\0" + self.data + b"\0" +
-                              json.dumps(self.properties, sort_keys=True).encode()).hexdigest()
+    def canonical_data(self) -> bytes:
+        if self.type in AVRO_BASED:
+            try:
+                return json.dumps(json.loads(self.data), sort_keys=True, separators=(",", ":")).encode()
+            except ValueError:
+                pass
+        return self.data
 
     @classmethod
     def from_proto(cls, schema) -> "SchemaInfo":

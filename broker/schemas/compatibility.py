@@ -19,7 +19,7 @@ a writer union is readable when every branch is, a reader union when some
 branch reads the writer; every writer enum symbol must be a reader symbol
 unless the reader enum has a default; fixed sizes must match; names of nested
 named types must match (or the reader's aliases name the writer), while the
-top-level record name is free, as in Avro's own checker. JSON and PROTOBUF
+top-level record name is free, as in Avro's own checker. JSON
 schemas carry an Avro-style definition and are checked the same way. Other
 types (STRING, INT64, BYTES, KEY_VALUE...) are compared by type alone
 (KEY_VALUE also by its key and value types).
