@@ -24,7 +24,7 @@ class MagnetarOptionError(ValueError):
 SOURCE_OPTIONS = {
     "service.url", "admin.url", "topic", "topics", "topicsPattern", "subscription", "startingOffsets",
     "endingOffsets", "failOnDataLoss", "maxMessagesPerTrigger", "pollTimeoutMs", "waitingForNonExistedTopic",
-    "maxEntriesPerPartition", "minPartitions", *SECURITY_OPTIONS,
+    "maxEntriesPerPartition", "minPartitions", "expandSchema", *SECURITY_OPTIONS,
 }
 SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs", *SECURITY_OPTIONS}
 # Options Spark itself may hand to a data source; they carry no meaning here.
@@ -48,6 +48,7 @@ class SourceOptions:
     max_entries_per_partition: int
     min_partitions: int  # Kafka's option: cut ranges finer until a micro-batch has at least this many tasks
     security: ClientSecurity = ClientSecurity()  # pulsar.client.auth* and tls* (connectors/spark/security.py)
+    expand_schema: bool = False  # typed columns from the topic's schema (connectors/spark/schemas.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +94,7 @@ def parse_source_options(raw: dict[str, str]) -> SourceOptions:
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 5_000),
         min_partitions=_int(opts, "minPartitions", 1),
         security=_security(opts, service_url),
+        expand_schema=_bool(opts, "expandSchema", False),
     )
 
 
