@@ -62,13 +62,11 @@ class MagnetarDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         options = parse_sink_options(self.options)
-        check_schema(schema, options)
-        return MagnetarWriter(options)
+        return MagnetarWriter(options, check_schema(schema, options))
 
     def streamWriter(self, schema, overwrite: bool):
         options = parse_sink_options(self.options)
-        check_schema(schema, options)
-        return MagnetarStreamWriter(options)
+        return MagnetarStreamWriter(options, check_schema(schema, options))
 
 
 def register(spark) -> None:

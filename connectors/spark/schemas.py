@@ -172,3 +172,48 @@ def topic_schema(options) -> dict:
         raise SchemaExpansionError(f"expandSchema: {options.topics[0]} has no schema") from None
     reader_definition(info)  # refuses a type it cannot expand, at planning
     return info
+
+
+# ---- the sink: a struct column written as AVRO or JSON records ---------------------------------------------
+
+
+def avro_from_spark(data_type, name: str = "Value", names: set | None = None):
+    """The Avro schema of a Spark type (the sink's ``valueSchema``); nullable fields become ``["null", T]`` with a
+    null default. SchemaExpansionError for a type without an Avro counterpart."""
+    from pyspark.sql import types as t
+
+    names = set() if names is None else names
+    simple = {t.StringType: "string", t.LongType: "long", t.IntegerType: "int", t.ShortType: "int",
+              t.ByteType: "int", t.DoubleType: "double", t.FloatType: "float", t.BooleanType: "boolean",
+              t.BinaryType: "bytes"}
+    for spark_type, avro in simple.items():
+        if isinstance(data_type, spark_type):
+            return avro
+    if isinstance(data_type, (t.TimestampType, t.TimestampNTZType)):
+        return {"type": "long", "logicalType": "timestamp-micros"}
+    if isinstance(data_type, t.DateType):
+        return {"type": "int", "logicalType": "date"}
+    if isinstance(data_type, t.ArrayType):
+        return {"type": "array", "items": _nullable(avro_from_spark(data_type.elementType, name + "Item", names),
+                                                     data_type.containsNull)}
+    if isinstance(data_type, t.MapType):
+        if not isinstance(data_type.keyType, t.StringType):
+            raise SchemaExpansionError(f"{name}: Avro maps need string keys, not {data_type.keyType.simpleString()}")
+        return {"type": "map", "values": _nullable(avro_from_spark(data_type.valueType, name + "Value", names),
+                                                   data_type.valueContainsNull)}
+    if isinstance(data_type, t.StructType):
+        record = name if name not in names else f"{name}{len(names)}"
+        names.add(record)
+        fields = []
+        for f in data_type.fields:
+            kind = avro_from_spark(f.dataType, f.name[:1].upper() + f.name[1:], names)
+            fields.append({"name": f.name, "type": ["null", kind], "default": None} if f.nullable
+                          else {"name": f.name, "type": kind})
+        return {"type": "record", "name": record, "fields": fields}
+    raise SchemaExpansionError(f"{name}: Spark type {data_type.simpleString()} has no Avro counterpart")
+
+
+def _nullable(kind, nullable: bool):
+    return ["null", kind] if nullable else kind
+
+

@@ -91,3 +91,41 @@ def test_expand_without_a_schema_fails_clearly(standalone, magnetar_format, topi
     with pytest.raises(Exception, match="has no schema"):
         magnetar_format(stream=False, topic=topic, expandSchema="true").collect()
     assert admin_call(standalone, "GET", f"/admin/v2/schemas/{topic.removeprefix('persistent://')}/schema")[0] == 404
+
+
+@pytest.mark.parametrize("kind", ["avro", "json"])
+def test_sink_writes_a_struct_value_with_a_schema(spark, standalone, magnetar_format, topic, kind):
+    rows = [(f"k{i}", (i, f"name-{i}", [i, i + 1], {"a": float(i)})) for i in range(20)]
+    frame = spark.createDataFrame(rows, "key string, value struct<id: bigint, name: string, nums: array<int>, "
+                                        "scores: map<string,double>>")
+    (frame.write.format("magnetar").option("service.url", standalone.service_url).option("topic", topic)
+     .option("valueSchema", kind).mode("append").save())
+
+    status, info = admin_call(standalone, "GET", f"/admin/v2/schemas/{topic.removeprefix('persistent://')}/schema")
+    assert status == 200 and info["type"] == kind.upper()
+    assert [f["name"] for f in json.loads(info["data"])["fields"]] == ["id", "name", "nums", "scores"]
+    # The official client reads what Spark wrote, with the registered schema.
+    client = pulsar.Client(standalone.service_url, operation_timeout_seconds=15)
+    try:
+        definition = json.loads(info["data"])
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, schema=AvroSchema(None, definition)) \
+            if kind == "avro" else client.create_reader(topic, pulsar.MessageId.earliest)
+        got = [reader.read_next(20_000) for _ in range(20)]
+        values = [m.value() if kind == "avro" else json.loads(m.data()) for m in got]
+        assert sorted((v["id"], v["name"], v["nums"], v["scores"]) for v in values) == sorted(
+            (i, f"name-{i}", [i, i + 1], {"a": float(i)}) for i in range(20))
+    finally:
+        client.close()
+    # ... and so does Spark, expanding it back into columns.
+    back = magnetar_format(stream=False, topic=topic, expandSchema="true").collect()
+    assert sorted((r.id, r.name, r["__key"]) for r in back) == sorted((i, f"name-{i}", f"k{i}") for i in range(20))
+
+
+def test_sink_value_schema_needs_a_struct(spark, standalone, topic):
+    frame = spark.createDataFrame([(b"x",)], "value binary")
+    with pytest.raises(Exception, match="needs a struct 'value' column"):
+        (frame.write.format("magnetar").option("service.url", standalone.service_url).option("topic", topic)
+         .option("valueSchema", "avro").mode("append").save())
+    with pytest.raises(Exception, match="must be avro or json"):
+        (frame.write.format("magnetar").option("service.url", standalone.service_url).option("topic", topic)
+         .option("valueSchema", "xml").mode("append").save())

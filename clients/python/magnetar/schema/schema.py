@@ -147,19 +147,27 @@ class StringSchema(Schema):
 
 
 class JsonSchema(Schema):
-    """Records as JSON text; the registered definition is the record's Avro schema (Pulsar's JSON schema)."""
+    """Records as JSON text; the registered definition is the record's Avro schema (Pulsar's JSON schema). Like
+    AvroSchema (and unlike pulsar.schema's), it also takes a definition and no record class, for dicts."""
 
-    def __init__(self, record_cls):
-        if not (isinstance(record_cls, type) and issubclass(record_cls, Record)):
-            raise TypeError("JsonSchema needs a Record class")
-        super().__init__(record_cls, SchemaType.JSON, record_cls.schema(), "JSON")
+    def __init__(self, record_cls, schema_definition: dict | None = None):
+        if record_cls is None and schema_definition is None or record_cls is not None and not (
+                isinstance(record_cls, type) and issubclass(record_cls, Record)):
+            raise TypeError("JsonSchema needs a Record class (or a schema definition for dicts)")
+        super().__init__(record_cls, SchemaType.JSON,
+                         record_cls.schema() if record_cls is not None else schema_definition, "JSON")
 
     def encode(self, obj) -> bytes:
+        if self._record_cls is None:
+            if not isinstance(obj, dict):
+                raise TypeError(f"a JsonSchema without a record class encodes dicts, got {type(obj).__name__}")
+            return json.dumps(obj, separators=(",", ":"), default=str).encode()
         self._validate_object_type(obj)
         return json.dumps(obj.as_data(json_form=True), separators=(",", ":")).encode()
 
     def decode(self, data: bytes):
-        return self._record_cls.from_dict(json.loads(data))
+        value = json.loads(data)
+        return value if self._record_cls is None else self._record_cls.from_dict(value)
 
 
 class AvroSchema(Schema):
