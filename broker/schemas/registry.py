@@ -160,19 +160,20 @@ class SchemaRegistry:
         check_reader(entries, info, (await self.policies(topic)).strategy)
 
     async def delete(self, topic: TopicName, *, force: bool = False) -> int | None:
-        """Delete the topic's schema: a deletion marker as a new version (the numbering goes on), or with
-        ``force`` the whole history. Returns the marker's version (None when forced or nothing to delete)."""
-        if force:
-            await self.storage.delete_all(topic)
-            return None
+        """Delete the topic's schema: a deletion marker as a new version (the numbering goes on); with ``force`` the
+        older versions are erased too, leaving the marker so no version number is ever reused. Returns the
+        marker's version (None when there was nothing to delete)."""
         for _ in range(_REGISTER_ATTEMPTS):
             history = await self.storage.history(topic)
-            if not live(history):
+            if not history or (not force and not live(history)) or (force and len(history) == 1 and history[0].deleted):
                 return None
-            version = history[-1].version + 1
-            try:
-                await self.storage.append(topic, StoredSchema(version, None, self._clock_ms()))
-            except VersionTakenError:
-                continue
+            version = history[-1].version + 1 if live(history) else history[-1].version
+            if version != history[-1].version:
+                try:
+                    await self.storage.append(topic, StoredSchema(version, None, self._clock_ms()))
+                except VersionTakenError:
+                    continue
+            if force:
+                await self.storage.delete_before(topic, version)
             return version
         raise NotAllowedError(f"the schema of {topic} kept changing concurrently; retry")

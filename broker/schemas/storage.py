@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import OrderedDict
 
 from broker.errors import BrokerError, NotAllowedError, metadata_errors
 from broker.schemas import MAX_VERSIONS, SchemaInfo, StoredSchema
@@ -59,10 +60,14 @@ def decode(version: int, data: bytes) -> StoredSchema:
 
 
 class SchemaStorage:
-    """Reads and appends of schema histories."""
+    """Reads and appends of schema histories. A version node is written once and never changed (only deleted), so
+    decoded versions are cached by path: reading a history costs one listing plus the versions not seen yet."""
+
+    CACHE_ENTRIES = 10_000
 
     def __init__(self, store: MetadataStore):
         self.store = store
+        self._versions: OrderedDict[str, StoredSchema] = OrderedDict()
 
     async def history(self, topic: TopicName) -> list[StoredSchema]:
         """Every stored version of the topic's schema (deletion markers included), oldest first."""
@@ -74,12 +79,22 @@ class SchemaStorage:
                 return []
             out = []
             for name in sorted(n for n in names if n.isdigit()):
-                try:
-                    data, _ = await self.store.get(f"{path}/{name}")
-                except NoNodeError:
-                    continue  # deleted by a concurrent force delete
-                out.append(decode(int(name), data))
+                node = f"{path}/{name}"
+                entry = self._versions.get(node)
+                if entry is None:
+                    try:
+                        data, _ = await self.store.get(node)
+                    except NoNodeError:
+                        continue  # deleted by a concurrent force delete
+                    entry = self._remember(node, decode(int(name), data))
+                out.append(entry)
         return out
+
+    def _remember(self, node: str, entry: StoredSchema) -> StoredSchema:
+        self._versions[node] = entry
+        if len(self._versions) > self.CACHE_ENTRIES:
+            self._versions.popitem(last=False)
+        return entry
 
     async def append(self, topic: TopicName, entry: StoredSchema) -> None:
         """Store ``entry`` as its version; VersionTakenError if that version exists already."""
@@ -92,6 +107,15 @@ class SchemaStorage:
             except NodeExistsError as exc:
                 raise VersionTakenError(f"schema version {entry.version} of {topic} was registered concurrently") from exc
 
-    async def delete_all(self, topic: TopicName) -> None:
+    async def delete_before(self, topic: TopicName, version: int) -> None:
+        """Erase the versions older than ``version`` (a forced delete, after its marker is stored: numbers are
+        never reused, which is what makes the cache above safe on every broker)."""
+        path = schema_path(topic)
         with metadata_errors(f"deleting the schema history of {topic}"):
-            await self.store.delete_recursive(schema_path(topic))
+            for name in await self.store.children(path):
+                if name.isdigit() and int(name) < version:
+                    try:
+                        await self.store.delete(f"{path}/{name}")
+                    except NoNodeError:
+                        pass
+                    self._versions.pop(f"{path}/{name}", None)
