@@ -174,3 +174,14 @@ def test_wrong_value_types_fail_at_send(any_client, api, topic):
 def test_official_and_magnetar_records_declare_the_same_schema():
     for build in (lambda api: records(api)[1].schema(),):
         assert build(pulsar) == build(magnetar)
+
+
+def test_partitioned_topic_round_trip(standalone, any_client, api, topic):
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/partitions", 3)[0] == 204
+    s, Sale, _, _ = records(api)
+    consumer = any_client.subscribe(topic, "s", schema=s.AvroSchema(Sale))
+    producer = any_client.create_producer(topic, schema=s.AvroSchema(Sale))
+    for i in range(9):
+        producer.send(sale(api, i), partition_key=f"k{i}")
+    assert sorted(m.value().id for m in receive_n(consumer, 9)) == list(range(9))
+    assert call(standalone, "GET", f"/admin/v2/schemas/{topic.removeprefix('persistent://')}/versions")[1] == [0]
