@@ -38,6 +38,16 @@ class SchemaPolicies:
     validation_enforced: bool
 
 
+def schema_policies(ns, config) -> SchemaPolicies:
+    """A namespace's schema policies (NamespacePolicies), each unset one taken from the broker's config."""
+    strategy = parse_strategy(ns.schema_compatibility_strategy) if ns.schema_compatibility_strategy else None
+    return SchemaPolicies(
+        strategy or parse_strategy(config.schema_compatibility_strategy),
+        config.is_allow_auto_update_schema if ns.is_allow_auto_update_schema is None else ns.is_allow_auto_update_schema,
+        config.schema_validation_enforced if ns.schema_validation_enforced is None else ns.schema_validation_enforced,
+    )
+
+
 def live(history: list[StoredSchema]) -> list[StoredSchema]:
     """The versions after the last deletion marker."""
     for i in range(len(history) - 1, -1, -1):
@@ -78,15 +88,11 @@ class SchemaRegistry:
         self.storage = SchemaStorage(service.store)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
-    async def policies(self, topic: TopicName) -> SchemaPolicies:
-        config = self.service.config
-        ns = await self.service.resources.get_policies(topic.namespace_name)
-        strategy = parse_strategy(ns.schema_compatibility_strategy) if ns.schema_compatibility_strategy else None
-        return SchemaPolicies(
-            strategy or parse_strategy(config.schema_compatibility_strategy),
-            config.is_allow_auto_update_schema if ns.is_allow_auto_update_schema is None else ns.is_allow_auto_update_schema,
-            config.schema_validation_enforced if ns.schema_validation_enforced is None else ns.schema_validation_enforced,
-        )
+    async def policies(self, topic: TopicName, namespace_policies=None) -> SchemaPolicies:
+        """The topic's schema policies: from ``namespace_policies`` when given (a loaded topic's, kept fresh by the
+        policy watch), else read from the metadata store."""
+        ns = namespace_policies or await self.service.resources.get_policies(topic.namespace_name)
+        return schema_policies(ns, self.service.config)
 
     async def history(self, topic: TopicName) -> list[StoredSchema]:
         return await self.storage.history(topic)
@@ -104,12 +110,13 @@ class SchemaRegistry:
                 return None if entry.deleted else entry
         return None
 
-    async def register(self, topic: TopicName, info: SchemaInfo, *, from_client: bool = True) -> int:
+    async def register(self, topic: TopicName, info: SchemaInfo, *, from_client: bool = True,
+                       namespace_policies=None) -> int:
         """The version of ``info`` in the topic's history, stored as a new version if need be.
         Raises IncompatibleSchemaError when the policies refuse it."""
         if info.type in AVRO_BASED:
             parse_avro(info.data)  # InvalidSchemaError before anything is stored
-        policies = await self.policies(topic)
+        policies = await self.policies(topic, namespace_policies)
         for _ in range(_REGISTER_ATTEMPTS):
             history = await self.storage.history(topic)
             existing = decide(live(history), info, policies, from_client=from_client)
@@ -138,26 +145,29 @@ class SchemaRegistry:
                 return entry.version
         return None
 
-    async def for_producer(self, topic: TopicName, info: SchemaInfo | None) -> int | None:
+    async def for_producer(self, topic: TopicName, info: SchemaInfo | None, namespace_policies=None) -> int | None:
         """The schema version a producer writes with (None: it has no schema). Registers a new schema; refuses a
-        schema-less producer on a topic with a schema when ``schema_validation_enforced``."""
+        schema-less producer on a topic with a schema when ``schema_validation_enforced``. ``namespace_policies``:
+        the loaded topic's, so a schema-less producer costs no metadata read unless validation is enforced."""
         if info is None:
-            if (await self.policies(topic)).validation_enforced and await self.latest(topic) is not None:
+            if (await self.policies(topic, namespace_policies)).validation_enforced and \
+                    await self.latest(topic) is not None:
                 raise IncompatibleSchemaError(f"{topic} has a schema and schema validation is enforced: "
                                               f"producers must declare a compatible schema")
             return None
-        return await self.register(topic, info)
+        return await self.register(topic, info, namespace_policies=namespace_policies)
 
-    async def for_consumer(self, topic: TopicName, info: SchemaInfo | None, topic_is_idle: bool) -> None:
+    async def for_consumer(self, topic: TopicName, info: SchemaInfo | None, topic_is_idle: bool,
+                           namespace_policies=None) -> None:
         """Check a consumer's schema; on an idle topic without a schema, register it (as Pulsar does)."""
         if info is None:
             return
         entries = live(await self.storage.history(topic))
         if not entries:
             if topic_is_idle:
-                await self.register(topic, info)
+                await self.register(topic, info, namespace_policies=namespace_policies)
             return
-        check_reader(entries, info, (await self.policies(topic)).strategy)
+        check_reader(entries, info, (await self.policies(topic, namespace_policies)).strategy)
 
     async def delete(self, topic: TopicName, *, force: bool = False) -> int | None:
         """Delete the topic's schema: a deletion marker as a new version (the numbering goes on); with ``force`` the

@@ -181,7 +181,7 @@ def on_producer(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
-        schema_version = await conn.service.schemas.for_producer(topic_name, schema)
+        schema_version = await conn.service.schemas.for_producer(topic_name, schema, topic.policies)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
             topic.remove_producer(producer)  # closed (and perhaps opened again) while we were creating it
@@ -324,7 +324,7 @@ def on_subscribe(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
-        await conn.service.schemas.for_consumer(topic_name, schema, schema_commands.topic_is_idle(topic))
+        await conn.service.schemas.for_consumer(topic_name, schema, schema_commands.topic_is_idle(topic), topic.policies)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
         if conn.closed:
