@@ -336,6 +336,8 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         await topic.delete()
         self.topics.pop(str(name), None)
+        if name.partition_index < 0:  # a partition shares its parent's schema, deleted with the partitioned topic
+            await self.schemas.delete(name, force=True)
 
     async def unload_bundle(self, bundle_path: str) -> int:
         """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.

@@ -230,3 +230,16 @@ def test_schemas_survive_a_restart(start_standalone):
         assert [reader.read_next(10_000).value() for _ in range(2)] == [{"id": 1, "note": ""}, {"id": 2, "note": "n"}]
     finally:
         c.close()
+
+
+def test_deleting_a_topic_deletes_its_schema(standalone, client, topic):
+    client.create_producer(topic, schema=AvroSchema(None, schema_definition=V0)).close()
+    assert call(standalone, "DELETE", f"/admin/v2/persistent/{topic.removeprefix('persistent://')}")[0] == 204
+    assert call(standalone, "GET", _path(topic) + "/schema")[0] == 404
+    client.create_producer(topic, schema=AvroSchema(None, schema_definition=V_ID_STRING))  # a fresh start
+
+    partitioned = topic + "-p"
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{partitioned.removeprefix('persistent://')}/partitions", 2)[0] == 204
+    client.create_producer(partitioned, schema=AvroSchema(None, schema_definition=V0)).close()
+    assert call(standalone, "DELETE", f"/admin/v2/persistent/{partitioned.removeprefix('persistent://')}/partitions")[0] == 204
+    assert call(standalone, "GET", _path(partitioned) + "/schema")[0] == 404
