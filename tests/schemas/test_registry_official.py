@@ -243,3 +243,15 @@ def test_deleting_a_topic_deletes_its_schema(standalone, client, topic):
     client.create_producer(partitioned, schema=AvroSchema(None, schema_definition=V0)).close()
     assert call(standalone, "DELETE", f"/admin/v2/persistent/{partitioned.removeprefix('persistent://')}/partitions")[0] == 204
     assert call(standalone, "GET", _path(partitioned) + "/schema")[0] == 404
+
+
+def test_a_consumer_on_an_idle_topic_sets_its_schema(standalone, client, topic):
+    consumer = client.subscribe(topic, "first", schema=AvroSchema(Example))
+    assert call(standalone, "GET", _path(topic) + "/versions")[1] == [0]
+    producer = client.create_producer(topic, schema=AvroSchema(Example))
+    producer.send(Example(a=5, b=6))
+    assert receive_n(consumer, 1)[0].value() == Example(a=5, b=6)
+    busy = topic + "-busy"
+    client.create_producer(busy).send(b"schema-less data")
+    client.subscribe(busy, "typed", schema=AvroSchema(Example))  # not idle: checked (nothing to check), not stored
+    assert call(standalone, "GET", _path(busy) + "/versions")[1] == []
