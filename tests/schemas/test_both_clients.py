@@ -84,16 +84,17 @@ def test_string_and_bytes_schemas(any_client, api, topic):
     assert receive_n(consumer, 1)[0].value() == b"\x00bytes"
 
 
+@pytest.mark.parametrize("kind", ["AvroSchema", "JsonSchema"])
 @pytest.mark.parametrize("producer_api,consumer_api", [("pulsar", "magnetar"), ("magnetar", "pulsar")])
-def test_avro_across_clients(standalone, topic, producer_api, consumer_api):
-    """Records written by one client are read by the other: one schema version, the same bytes."""
+def test_records_across_clients(standalone, topic, producer_api, consumer_api, kind):
+    """Records written by one client are read by the other, under one schema version."""
     apis = {name: importlib.import_module(name) for name in (producer_api, consumer_api)}
     clients = {name: mod.Client(standalone.service_url, operation_timeout_seconds=15) for name, mod in apis.items()}
     try:
         cs, CSale, _, _ = records(apis[consumer_api])
         ps, PSale, _, _ = records(apis[producer_api])
-        consumer = clients[consumer_api].subscribe(topic, "s", schema=cs.AvroSchema(CSale))
-        producer = clients[producer_api].create_producer(topic, schema=ps.AvroSchema(PSale))
+        consumer = clients[consumer_api].subscribe(topic, "s", schema=getattr(cs, kind)(CSale))
+        producer = clients[producer_api].create_producer(topic, schema=getattr(ps, kind)(PSale))
         for i in range(3):
             producer.send(sale(apis[producer_api], i))
         msgs = receive_n(consumer, 3)

@@ -168,7 +168,8 @@ class CustomEnum(Field):
         return None if value is None else value.name
 
     def from_data(self, data):
-        return None if data is None else self.enum_type[data]
+        # By symbol name (Avro, and JSON as we write it) or by value (the official client's JSON).
+        return None if data is None else self.validate_type(self.enum_type.__name__, data)
 
 
 class Array(Field):
