@@ -70,6 +70,9 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
+    # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
+    managed_ledger_max_reads_in_flight_size_mb: int = 256
     # Rate limits (broker/topics/throttling.py): the defaults for topics whose namespace sets no publish-rate or
     # dispatch-rate policy, per second; 0 or -1 = unlimited, as in Pulsar. The broker-wide publish rate counts
     # every topic's SENDs together.
@@ -293,7 +296,8 @@ class BrokerConfig:
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
-                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic",
+                     "managed_ledger_max_reads_in_flight_size_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:

@@ -40,6 +40,7 @@ from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
+from broker.subscriptions.reads_in_flight import ReadsInFlight
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -72,6 +73,7 @@ class BrokerService:
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
+        self.reads_in_flight = ReadsInFlight(config.managed_ledger_max_reads_in_flight_size_mb * 1024 * 1024)
         self.publish_rate = broker_publish_throttle(config, lambda: [c for c in self.connections if c.producers])
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
