@@ -19,6 +19,7 @@ import sys
 import click
 
 from broker.admin_cli import brokers, clusters, namespaces, tenants, topics
+from broker.admin_cli import lifecycle, policies  # noqa: F401  (their commands join namespaces and topics)
 from broker.admin_cli.rest import AdminClient
 from broker.admin_cli.settings import AdminCliError, read_client_conf, resolve
 
@@ -60,7 +61,8 @@ class Session:
 @click.pass_context
 def cli(ctx, client_conf, **flags):
     """Administer a Magnetar cluster with pulsar-admin's commands and flags."""
-    ctx.obj = Session(flags, client_conf or os.environ.get(CONF_ENV) or None)
+    if ctx.obj is None:  # a test may hand in a session of its own
+        ctx.obj = Session(flags, client_conf or os.environ.get(CONF_ENV) or None)
 
 
 for _module in (tenants, clusters, brokers, namespaces, topics):

@@ -138,6 +138,11 @@ def get_retention(rest, ns):
     emit(rest.get(f"/admin/v2/namespaces/{ns}/retention"))
 
 
+@_ns_command("remove-retention", "Remove the retention policy of a namespace (the broker's default applies).")
+def remove_retention(rest, ns):
+    rest.delete(f"/admin/v2/namespaces/{ns}/retention")
+
+
 @_ns_command("set-deduplication", "Enable or disable deduplication for a namespace.")
 @click.option("-e", "--enable", is_flag=True, help="Enable deduplication.")
 @click.option("-d", "--disable", is_flag=True, help="Disable deduplication.")
@@ -150,6 +155,11 @@ def set_deduplication(rest, ns, enable, disable):
 @_ns_command("get-deduplication", "Get the deduplication setting of a namespace (null when not set).")
 def get_deduplication(rest, ns):
     emit(rest.get(f"/admin/v2/namespaces/{ns}/deduplication"))
+
+
+@_ns_command("remove-deduplication", "Remove the namespace's deduplication setting (the broker's default applies).")
+def remove_deduplication(rest, ns):
+    rest.delete(f"/admin/v2/namespaces/{ns}/deduplication")
 
 
 # ---- integer limits: (command suffix, REST policy, short flag, long flag) -------------------------------------
@@ -174,6 +184,10 @@ def _limit_commands(suffix: str, policy: str, short: str, long: str) -> None:
     @_ns_command(f"get-{suffix}", f"Get {policy} of a namespace (null when not set).")
     def get_limit(rest, ns):
         emit(rest.get(f"/admin/v2/namespaces/{ns}/{policy}"))
+
+    @_ns_command(f"remove-{suffix}", f"Remove {policy} of a namespace (the broker's default applies).")
+    def remove_limit(rest, ns):
+        rest.delete(f"/admin/v2/namespaces/{ns}/{policy}")
 
 
 for _row in _LIMITS:
