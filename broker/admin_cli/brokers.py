@@ -17,8 +17,13 @@ def brokers():
 @click.argument("cluster", type=CLUSTER, required=False)
 @pass_rest
 def list_brokers(rest, cluster):
-    """List the active brokers of the cluster (this broker's cluster when none is named)."""
-    emit(rest.get(f"/admin/v2/brokers/{cluster}" if cluster else "/admin/v2/brokers"))
+    """List the active brokers of a cluster (the only cluster, when there is one and none is named)."""
+    if cluster is None:
+        names = rest.get("/admin/v2/clusters")
+        if len(names) != 1:
+            raise click.UsageError(f"name the cluster: this metadata store has {len(names)} ({', '.join(names)})")
+        cluster = names[0]
+    emit(rest.get(f"/admin/v2/brokers/{cluster}"))
 
 
 @brokers.command("leader-broker")
