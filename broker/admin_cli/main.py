@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from broker.admin_cli import brokers, clusters, namespaces, tenants, topics
+from broker.admin_cli import brokers, clusters, namespaces, schemas, tenants, topics
 from broker.admin_cli import lifecycle, policies  # noqa: F401  (their commands join namespaces and topics)
 from broker.admin_cli.rest import AdminClient
 from broker.admin_cli.settings import AdminCliError, read_client_conf, resolve
@@ -65,7 +65,7 @@ def cli(ctx, client_conf, **flags):
         ctx.obj = Session(flags, client_conf or os.environ.get(CONF_ENV) or None)
 
 
-for _module in (tenants, clusters, brokers, namespaces, topics):
+for _module in (tenants, clusters, brokers, namespaces, topics, schemas):
     for _group in _module.GROUPS:
         cli.add_command(_group)
 

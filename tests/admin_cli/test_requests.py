@@ -7,6 +7,8 @@ whose flags turn into documents (quotas, persistence, inactive-topic policies) a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -25,6 +27,8 @@ class RecordingRest:
         self.sent.append((method, path, body, {k: v for k, v in (query or {}).items() if v is not None}))
         if path.endswith("/terminate"):
             return Response(200, {}, b'{"ledgerId": 3, "entryId": 9, "partitionIndex": -1}')
+        if path.endswith("/compaction") and method == "GET":
+            return Response(200, {}, b'{"status": "SUCCESS", "lastError": ""}')
         if "/position/" in path:
             return Response(200, {"x-pulsar-message-id": "3:0", "x-pulsar-property": '{"k": "v"}'}, b"hello")
         return Response(200, {}, b"")
@@ -104,11 +108,33 @@ def invoke(*args):
     (("topics", "peek-messages", "t", "-s", "a b", "-n", "2"),
      [("GET", f"{T}/subscription/a%20b/position/1", None, {}), ("GET", f"{T}/subscription/a%20b/position/2", None, {})]),
     (("topics", "terminate", "t"), [("POST", f"{T}/terminate", None, {})]),
+    (("topics", "compact", "t"), [("PUT", f"{T}/compaction", None, {})]),
+    (("topics", "compaction-status", "t"), [("GET", f"{T}/compaction", None, {})]),
+    (("schemas", "get", "t"), [("GET", "/admin/v2/schemas/public/default/t/schema", None, {})]),
+    (("schemas", "get", "t", "-v", "2"), [("GET", "/admin/v2/schemas/public/default/t/schema/2", None, {})]),
+    (("schemas", "get", "t", "--all-version"), [("GET", "/admin/v2/schemas/public/default/t/schemas", None, {})]),
+    (("schemas", "delete", "t", "-f"), [("DELETE", "/admin/v2/schemas/public/default/t/schema", None, {"force": True})]),
 ])
 def test_command_sends(args, sent):
     result, recorded = invoke(*args)
     assert result.exit_code == 0, result.output
     assert recorded == sent
+
+
+def test_schema_upload_sends_the_files_json(tmp_path):
+    definition = {"type": "JSON", "schema": '{"type": "record", "name": "R", "fields": []}', "properties": {}}
+    (tmp_path / "schema.json").write_text(json.dumps(definition))
+    result, sent = invoke("schemas", "upload", "persistent://a/b/c", "-f", str(tmp_path / "schema.json"))
+    assert result.exit_code == 0 and sent == [("POST", "/admin/v2/schemas/a/b/c/schema", definition, {})]
+    (tmp_path / "bad.json").write_text("{not json")
+    result, sent = invoke("schemas", "upload", "t", "-f", str(tmp_path / "bad.json"))
+    assert result.exit_code == 2 and "is not JSON" in result.output and sent == []
+
+
+def test_compaction_prints_as_pulsar_admin():
+    assert invoke("topics", "compact", "t")[0].output == (
+        "Topic compaction requested for persistent://public/default/t\n")
+    assert invoke("topics", "compaction-status", "t")[0].output == "Compaction was a success\n"
 
 
 def test_terminate_and_peek_print_as_pulsar_admin():
