@@ -53,6 +53,13 @@ class Consumer:
     bytes_out: int = 0
     redeliveries: int = 0
     connected_since_ms: int = 0
+    told_end_of_topic: bool = False
+
+    def reached_end_of_topic(self) -> None:
+        """The topic is terminated and this consumer has been sent all of it: REACHED_END_OF_TOPIC, once."""
+        if not self.told_end_of_topic:
+            self.told_end_of_topic = True
+            self.connection.out.reached_end_of_topic(self.consumer_id)
 
     @property
     def address(self) -> str:
