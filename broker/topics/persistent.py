@@ -89,7 +89,10 @@ class PersistentTopic:
         value = getattr(self.topic_policies, name, None)
         if value is None:
             value = getattr(self.policies, name, None)
-        return getattr(self.config, _CONFIG_DEFAULTS.get(name, name), None) if value is None else value
+        if value is not None:
+            return value
+        default = _CONFIG_DEFAULTS.get(name, name)
+        return None if default is None else getattr(self.config, default, None)
 
     def apply_policies(self, policies) -> None:
         """The namespace's policies changed: limits read from them apply from now on, rates at once, the rest
