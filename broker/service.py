@@ -337,19 +337,7 @@ class BrokerService:
         return topic
 
     def managed_ledger_config_for(self, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
-        """The managed-ledger settings of a topic: retention and persistence (E/Qw/Qa of the ledgers it creates)
-        from its own policies, else its namespace's, else the broker's."""
-        def pick(name):
-            value = getattr(topic_policies, name, None)
-            return getattr(policies, name, None) if value is None else value
-
-        config = self.config.managed_ledger_config(*_retention(pick("retention_time_minutes"), pick("retention_size_mb")))
-        persistence = pick("persistence")
-        if persistence:
-            config = dataclasses.replace(config, ensemble_size=persistence["bookkeeperEnsemble"],
-                                         write_quorum_size=persistence["bookkeeperWriteQuorum"],
-                                         ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
-        return config
+        return topic_ledger_config(self.config, policies, topic_policies)
 
     async def create_topic(self, name: TopicName) -> None:
         """Admin: create a non-partitioned topic (its managed ledger)."""
@@ -481,6 +469,22 @@ async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple
         return await cluster_secret(store), previous
     generated = await stored_secret(store)
     return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
+
+
+def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
+    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates) from its
+    own policies, else its namespace's, else the broker's."""
+    def pick(name):
+        value = getattr(topic_policies, name, None)
+        return getattr(policies, name, None) if value is None else value
+
+    ml_config = config.managed_ledger_config(*_retention(pick("retention_time_minutes"), pick("retention_size_mb")))
+    persistence = pick("persistence")
+    if persistence:
+        ml_config = dataclasses.replace(ml_config, ensemble_size=persistence["bookkeeperEnsemble"],
+                                        write_quorum_size=persistence["bookkeeperWriteQuorum"],
+                                        ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
+    return ml_config
 
 
 def _retention(minutes: int | None, size_mb: int | None) -> tuple[int | None, int | None]:

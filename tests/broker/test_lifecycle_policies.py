@@ -119,3 +119,26 @@ def test_documents_get_pulsar_defaults():
     for bad in (-1, True, "5", 2**31):
         with pytest.raises(PolicyDocumentError):
             check_ttl(bad)
+
+
+def _persistence(e, qw, qa):
+    return {"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": qw, "bookkeeperAckQuorum": qa,
+            "managedLedgerMaxMarkDeleteRate": 0.0}
+
+
+@pytest.mark.parametrize("ns, topic, quorum, retention", [
+    ({}, {}, (2, 2, 2), (0, 0)),  # the broker's defaults
+    ({"persistence": _persistence(3, 3, 2)}, {}, (3, 3, 2), (0, 0)),
+    ({"persistence": _persistence(3, 3, 2)}, {"persistence": _persistence(1, 1, 1)}, (1, 1, 1), (0, 0)),
+    ({"retention_time_minutes": 10, "retention_size_mb": 5}, {}, (2, 2, 2), (600, 5)),
+    ({"retention_time_minutes": 10}, {"retention_time_minutes": -1}, (2, 2, 2), (-1, 0)),
+])
+def test_a_topics_ledgers_take_its_persistence_and_retention(ns, topic, quorum, retention):
+    from broker.config import BrokerConfig
+    from broker.ownership.resources import NamespacePolicies
+    from broker.service import topic_ledger_config
+
+    config = topic_ledger_config(BrokerConfig(metadata_store_url="memory://"), NamespacePolicies(**ns),
+                                 NamespacePolicies(**topic))
+    assert (config.ensemble_size, config.write_quorum_size, config.ack_quorum_size) == quorum
+    assert (config.retention_time_s, config.retention_size_mb) == retention

@@ -14,7 +14,8 @@ from storage.testing.waiting import wait_until
 from tests.official_client.support import admin_call as call, receive_n
 
 CHECKS_EVERY_SECOND = {"MAGNETAR_BROKER_MESSAGE_EXPIRY_CHECK_INTERVAL_S": "1",
-                       "MAGNETAR_BROKER_BACKLOG_QUOTA_CHECK_INTERVAL_S": "1"}
+                       "MAGNETAR_BROKER_BACKLOG_QUOTA_CHECK_INTERVAL_S": "1",
+                       "MAGNETAR_BROKER_BROKER_DELETE_INACTIVE_TOPICS_FREQUENCY_S": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +228,61 @@ def _creates(client, topic) -> bool:
 def test_bad_policy_documents_get_a_400_naming_the_field(broker, ns, path, body, reason):
     status, answer = call(broker, "POST", f"/admin/v2/namespaces/{ns}/{path}", body)
     assert status == 400 and reason in answer["reason"], answer
+
+
+# ---- the other lifecycle policies -----------------------------------------------------------
+
+
+def test_inactive_topics_are_deleted_as_the_policy_says(broker, client, ns):
+    idle, subscribed, busy = (f"persistent://{ns}/{n}" for n in ("idle", "subscribed", "busy"))
+    assert call(broker, "POST", f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies",
+                {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 1,
+                 "deleteWhileInactive": True})[0] == 204
+    for t in (idle, subscribed, busy):
+        assert call(broker, "PUT", _path(t))[0] == 204
+    client.subscribe(subscribed, "keeps-it").close()
+    producer = client.create_producer(busy)  # connected: never inactive
+    wait_until(lambda: call(broker, "GET", _path(idle) + "/stats")[0] == 404, 10, "the idle topic to be deleted")
+    assert call(broker, "GET", _path(subscribed) + "/stats")[0] == 200
+    assert call(broker, "GET", _path(busy) + "/stats")[0] == 200
+    producer.send(b"still here")
+
+
+def test_a_topic_unacked_limit_applies_to_a_connected_consumer(broker, client, ns):
+    topic = f"persistent://{ns}/unacked"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
+    assert call(broker, "POST", _path(topic) + "/maxUnackedMessagesOnConsumer", 3)[0] == 204
+    wait_until(lambda: call(broker, "GET", _path(topic) + "/stats")[1]["subscriptions"]["s"]["consumers"],
+               5, "the consumer to show")
+    fill(client, topic, 10)
+    held = receive_n(consumer, 3, ack=False)
+    stats = call(broker, "GET", _path(topic) + "/stats")[1]["subscriptions"]["s"]["consumers"][0]
+    assert stats["unackedMessages"] == 3 and stats["blockedConsumerOnUnackedMsgs"]
+    for msg in held:
+        consumer.acknowledge(msg)
+    receive_n(consumer, 7)  # unblocked by the acks: the rest arrives
+
+
+def test_the_namespace_document_carries_every_policy(broker, ns):
+    for path, body in (("messageTTL", 30), ("persistence", {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3,
+                                                             "bookkeeperAckQuorum": 2}),
+                       ("subscriptionExpirationTime", 60), ("deduplication", True)):
+        assert call(broker, "POST", f"/admin/v2/namespaces/{ns}/{path}", body)[0] == 204
+    _quota(broker, ns, "producer_exception", size=1 << 30)
+    doc = call(broker, "GET", f"/admin/v2/namespaces/{ns}")[1]
+    assert doc["message_ttl_in_seconds"] == 30 and doc["subscription_expiration_time_minutes"] == 60
+    assert doc["persistence"]["bookkeeperAckQuorum"] == 2 and doc["deduplication_enabled"] is True
+    assert doc["backlog_quota_map"]["destination_storage"]["limitSize"] == 1 << 30
+
+
+def test_a_topic_written_under_a_persistence_policy_works_and_keeps_it(broker, client, ns):
+    topic = f"persistent://{ns}/three-copies"
+    body = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 3}
+    assert call(broker, "POST", f"/admin/v2/namespaces/{ns}/persistence", body)[0] == 204
+    consumer = client.subscribe(topic, "s")
+    fill(client, topic, 3)
+    assert [m.data() for m in receive_n(consumer, 3)] == [b"0000000000", b"0000000001", b"0000000002"]
+    got = call(broker, "GET", f"/admin/v2/namespaces/{ns}/persistence")[1]
+    assert got == {**body, "managedLedgerMaxMarkDeleteRate": 0.0}
+    assert call(broker, "POST", _path(topic) + "/persistence", {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 4,
+                                                                "bookkeeperAckQuorum": 5})[0] == 400
