@@ -28,7 +28,7 @@ from broker.ownership.ownership import NAMESPACE_ROOT
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
-from magnetar.compression import decompress
+from magnetar.compression import CompressionError, decompress
 from magnetar.protocol.frames import parse_headers_and_payload
 from storage.client.registry import parse_registration
 from storage.errors import NoNodeError
@@ -74,7 +74,7 @@ async def peek(request):
     md, payload, _ = parse_headers_and_payload(entry.data)
     try:
         payload = decompress(md.compression, payload, md.uncompressed_size)
-    except Exception:  # an undecodable payload is shown as stored, with its codec named
+    except CompressionError:  # an undecodable payload is shown as stored
         pass
     headers = {"X-Pulsar-Message-ID": f"{entry.position.ledger_id}:{entry.position.entry_id}",
                "X-Pulsar-producer-name": md.producer_name, "X-Pulsar-sequence-id": str(md.sequence_id),

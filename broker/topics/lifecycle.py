@@ -199,7 +199,7 @@ async def enforce_backlog_quota(topic, now: int | None = None) -> QuotaBreach | 
         for producer in list(topic.producers):
             topic.remove_producer(producer)
             producer.connection.out.close_producer(producer.producer_id)
-    topic.quota_evictions += 1
+    topic.quota_enforcements += 1
     return breach
 
 

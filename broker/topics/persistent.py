@@ -54,7 +54,7 @@ class PersistentTopic:
         self.topic_policies = topic_policies  # the topic's own (override the namespace's); None = none
         self._applying: asyncio.Lock = asyncio.Lock()
         self.last_active = time.monotonic()  # the last publish, or producer or consumer coming or going
-        self.quota_evictions = 0  # backlog quota enforcements (stats)
+        self.quota_enforcements = 0  # backlog quota enforcements (stats)
         self.config = service.config
         # Insertion-ordered sets, so a connection creating thousands of producers costs O(1) per create and close.
         self.producers: dict[Producer, None] = {}
@@ -379,7 +379,7 @@ class PersistentTopic:
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
             "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
             "backlogSize": lifecycle.backlog_bytes(self, max((s.backlog for s in self.subscriptions.values()), default=0)),
-            "backlogQuotaEnforcements": self.quota_evictions,
+            "backlogQuotaEnforcements": self.quota_enforcements,
             "topicEpoch": self.topic_epoch,
             **self.rates.stats(),
         }

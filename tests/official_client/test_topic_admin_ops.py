@@ -201,7 +201,10 @@ def test_namespace_clear_backlog_topics_and_unload(standalone, client):
     assert call(standalone, "PUT", "/admin/v2/namespaces/public/no-such-ns/unload")[0] == 404
 
 
-def test_brokers_and_bookies_listings(standalone):
+def test_brokers_bookies_and_clusters_listings(standalone):
+    assert "standalone" in call(standalone, "GET", "/admin/v2/clusters")[1]
+    status, cluster = call(standalone, "GET", "/admin/v2/clusters/standalone")
+    assert status == 200 and cluster["serviceUrl"].endswith(f":{standalone.http_port}")
     status, brokers = call(standalone, "GET", "/admin/v2/brokers/standalone")
     assert status == 200 and brokers == [f"127.0.0.1:{standalone.http_port}"]
     assert call(standalone, "GET", "/admin/v2/brokers/elsewhere")[0] == 404
