@@ -169,6 +169,28 @@ def test_producer_request_hold_times_out_a_send_that_stays_held(broker, ns):
         c.close()
 
 
+def test_a_held_send_goes_out_once_the_backlog_drops(broker, ns):
+    topic = f"persistent://{ns}/hold-release"
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        c.subscribe(topic, "slow").close()
+        producer = c.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
+        for _ in range(10):
+            producer.send(b"z" * 50)
+        _quota(broker, ns, "producer_request_hold", size=100)
+        wait_until(lambda: not call(broker, "GET", _path(topic) + "/stats")[1]["publishers"], 5,
+                   "the held producer to be disconnected")
+        results = []
+        producer.send_async(b"held", lambda result, _id: results.append(result))
+        assert call(broker, "POST", _path(topic) + "/subscription/slow/skip_all")[0] == 204
+        wait_until(lambda: results, 25, "the held send to complete")
+        assert results == [pulsar.Result.Ok]
+        assert backlog(broker, topic, "slow") == 1  # stored once the hold was released
+    finally:
+        c.close()
+
+
 def test_consumer_backlog_eviction_moves_the_slowest_cursor(broker, client, ns):
     topic = f"persistent://{ns}/evict"
     client.subscribe(topic, "slow").close()
@@ -286,3 +308,18 @@ def test_a_topic_written_under_a_persistence_policy_works_and_keeps_it(broker, c
     assert got == {**body, "managedLedgerMaxMarkDeleteRate": 0.0}
     assert call(broker, "POST", _path(topic) + "/persistence", {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 4,
                                                                 "bookkeeperAckQuorum": 5})[0] == 400
+
+
+def test_topic_deduplication_turns_on_and_off_while_the_topic_is_loaded(broker, client, ns):
+    topic = f"persistent://{ns}/dedup"
+    producer = client.create_producer(topic, batching_enabled=False, producer_name="p1")
+    assert call(broker, "POST", _path(topic) + "/deduplicationEnabled", True)[0] == 204
+    wait_until(lambda: call(broker, "GET", _path(topic) + "/stats")[1]["deduplicationStatus"] == "Enabled", 5,
+               "dedup to be enabled on the loaded topic")
+    producer.send(b"a", sequence_id=7)
+    producer.send(b"a", sequence_id=7)
+    assert call(broker, "GET", _path(topic) + "/stats")[1]["msgInCounter"] == 1
+    assert call(broker, "GET", _path(topic) + "/deduplicationEnabled")[1] is True
+    assert call(broker, "DELETE", _path(topic) + "/deduplicationEnabled")[0] == 204
+    wait_until(lambda: call(broker, "GET", _path(topic) + "/stats")[1]["deduplicationStatus"] == "Disabled", 5,
+               "dedup to be disabled again (the broker default)")
