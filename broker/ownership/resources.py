@@ -287,17 +287,23 @@ class Resources:
         return NamespacePolicies.from_json(await self._get(self._ns_path(ns), f"namespace {ns} does not exist"))
 
     async def update_policies(self, ns: NamespaceName, **changes) -> NamespacePolicies:
-        """Read-modify-write of one namespace's policies, conditional on the version read."""
+        """Read-modify-write of one namespace's policies, conditional on the version read; a concurrent writer
+        (another broker's admin call) makes it read and apply again, ``_UPDATE_ATTEMPTS`` times, then
+        ConflictError."""
         path = self._ns_path(ns)
-        with metadata_errors(f"updating policies of {ns}"):
-            try:
-                data, stat = await self.store.get(path)
-                current = NamespacePolicies.from_json(json.loads(data))
-                updated = NamespacePolicies(**{**asdict(current), **changes})
-                await self.store.set(path, _dump(updated.to_json()), stat.version)
-            except NoNodeError as exc:
-                raise NotFoundError(f"namespace {ns} does not exist") from exc
-        return updated
+        for _ in range(_UPDATE_ATTEMPTS):
+            with metadata_errors(f"updating policies of {ns}"):
+                try:
+                    data, stat = await self.store.get(path)
+                    current = NamespacePolicies.from_json(json.loads(data))
+                    updated = NamespacePolicies(**{**asdict(current), **changes})
+                    await self.store.set(path, _dump(updated.to_json()), stat.version)
+                    return updated
+                except NoNodeError as exc:
+                    raise NotFoundError(f"namespace {ns} does not exist") from exc
+                except BadVersionError:
+                    continue
+        raise ConflictError(f"the policies of {ns} kept changing concurrently; retry")
 
     async def update_auth_policies(self, ns: NamespaceName, change: Callable[[dict], dict]) -> dict:
         """Apply ``change`` (canonical auth_policies -> new ones) to the namespace's permissions, conditionally on
