@@ -354,6 +354,7 @@ async def delete_partitioned(request):
             await service.delete_topic(topic.partition(i), force=force)
     await service.resources.delete_partitioned_topic(topic)
     await service.resources.delete_topic_policies(topic)
+    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
     return web.Response(status=204)
 
 
