@@ -8,6 +8,7 @@ from broker.http import permissions
 from broker.http.admin import SERVICE, routes
 from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
+from broker.http.compaction import routes as compaction_routes
 
 
 def build_app(service) -> web.Application:
@@ -16,6 +17,7 @@ def build_app(service) -> web.Application:
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
     app.add_routes(routes)
     app.add_routes(cluster_routes)
+    app.add_routes(compaction_routes)
     return app
 
 

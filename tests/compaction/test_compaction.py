@@ -1,0 +1,109 @@
+"""Topic compaction end to end, with the official client and magnetar against a real standalone broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.compaction.support import as_table, compact, compaction_status, read_available
+from tests.official_client.support import admin_call
+
+
+@pytest.fixture
+def client(any_client):
+    return any_client
+
+
+def _produce(client, topic, items, batching=False):
+    producer = client.create_producer(topic, batching_enabled=batching)
+    for key, value in items:
+        producer.send(value, partition_key=key)
+    producer.flush()
+    producer.close()
+
+
+def test_compacted_consumer_and_reader_see_the_last_value_per_key(client, api, standalone, topic):
+    """The conformance suite's test_publish_compact_and_consume, on both clients."""
+    consumer = client.subscribe(topic, "my-sub1", is_read_compacted=True)
+    consumer.close()
+    plain = client.subscribe(topic, "my-sub2", is_read_compacted=False)
+    _produce(client, topic, [("key0", b"hello-0"), ("key0", b"hello-1")])
+    assert compaction_status(standalone, topic)["status"] == "NOT_RUN"
+    compact(standalone, topic)
+
+    compacted = client.subscribe(topic, "my-sub1", is_read_compacted=True)
+    msg = compacted.receive(10_000)
+    assert msg.data() == b"hello-1"
+    compacted.acknowledge(msg)
+    compacted.close()
+
+    reader = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=True)
+    assert [m.data() for m in read_available(reader)] == [b"hello-1"]
+    reader.close()
+
+    assert [plain.receive(10_000).data() for _ in range(2)] == [b"hello-0", b"hello-1"]
+    raw = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=False)
+    assert [m.data() for m in read_available(raw)] == [b"hello-0", b"hello-1"]
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+def test_ten_thousand_messages_over_100_keys_with_10_tombstones(client, api, standalone, topic, batching):
+    """The issue's Must show: a compacted reader sees exactly the 90 live keys with their last values."""
+    items = [(f"key-{i % 100}", f"value-{i}".encode()) for i in range(10_000)]
+    items += [(f"key-{k}", b"") for k in range(0, 100, 10)]  # tombstones for key-0, key-10, ..., key-90
+    _produce(client, topic, items, batching=batching)
+    expected = {f"key-{k}": f"value-{9_900 + k}".encode() for k in range(100) if k % 10}
+
+    status = compact(standalone, topic)
+    assert status["lastRun"]["keys"] == 90
+
+    reader = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=True)
+    seen = read_available(reader)
+    assert len(seen) == 90
+    assert {m.partition_key(): m.data() for m in seen} == expected
+    reader.close()
+
+    # New messages come after the compacted view, and a later run folds them in.
+    _produce(client, topic, [("key-1", b"newer"), ("key-0", b"back"), ("key-2", b"")], batching=batching)
+    reader = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=True)
+    seen = read_available(reader)
+    assert len(seen) == 93
+    assert [(m.partition_key(), m.data()) for m in seen[-3:]] == [("key-1", b"newer"), ("key-0", b"back"), ("key-2", b"")]
+    reader.close()
+    compact(standalone, topic)
+    reader = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=True)
+    table = as_table(read_available(reader))
+    expected.update({"key-1": b"newer", "key-0": b"back"})
+    del expected["key-2"]
+    assert table == expected and len(table) == 90
+
+
+def test_status_and_refusals(client, api, standalone, topic):
+    _produce(client, topic, [("k", b"v")])
+    status, body = admin_call(standalone, "GET", "/admin/v2/persistent/public/default/no-such-topic-xyz/compaction")
+    assert status == 404, body
+    # The official client refuses this itself (InvalidConfiguration); magnetar leaves it to the broker.
+    with pytest.raises(Exception, match="InvalidConfiguration|only allowed on Exclusive and Failover"):
+        client.subscribe(topic, "shared-compacted", consumer_type=api.ConsumerType.Shared, is_read_compacted=True)
+    with pytest.raises(Exception, match="reserved|NotAllowed"):
+        client.subscribe(topic, "__compaction")
+
+
+def test_table_view_follows_updates_live(client, standalone, topic):
+    _produce(client, topic, [("a", b"1"), ("b", b"2"), ("a", b"3")])
+    compact(standalone, topic)
+    _produce(client, topic, [("c", b"4")])
+    view = client.create_table_view(topic)
+    assert len(view) == 3 and view.get("a") == b"3" and view.get("c") == b"4"
+    seen = {}
+    view.for_each_and_listen(lambda k, v: seen.__setitem__(k, v))
+    assert seen == {"a": b"3", "b": b"2", "c": b"4"}
+
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"5", partition_key="a")
+    producer.send(b"", partition_key="b")
+    from storage.testing.waiting import wait_until
+
+    wait_until(lambda: view.get("a") == b"5" and view.get("b") is None, 10, "the table view to follow the topic")
+    wait_until(lambda: seen.get("a") == b"5" and seen.get("b") == b"", 10, "the listener to see the updates")
+    assert len(view) == 2
+    view.close()
