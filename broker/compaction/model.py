@@ -133,6 +133,15 @@ def compacted_entry(data: bytes, position: Position, latest: dict[str, MessageKe
     return encode_headers_and_payload(out, packed)
 
 
+def compacted_out_indexes(data: bytes) -> frozenset[int]:
+    """The batch indexes of placeholders in a compacted entry (empty for an entry kept whole)."""
+    metadata, payload, _ = parse_headers_and_payload(data)
+    if not is_batch(metadata):
+        return frozenset()
+    singles, _ = _batch(metadata, payload)
+    return frozenset(i for i, s in enumerate(singles) if s.compacted_out)
+
+
 def last_kept_batch_index(data: bytes) -> int:
     """The batch index of the last message of a compacted entry that is not a placeholder (-1: not a batch)."""
     metadata, payload, _ = parse_headers_and_payload(data)

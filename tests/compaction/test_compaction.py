@@ -14,11 +14,14 @@ def client(any_client):
 
 
 def _produce(client, topic, items, batching=False):
-    producer = client.create_producer(topic, batching_enabled=batching)
+    """Send everything asynchronously (in order), then wait for every receipt."""
+    producer = client.create_producer(topic, batching_enabled=batching, block_if_queue_full=True)
+    failed = []
     for key, value in items:
-        producer.send(value, partition_key=key)
+        producer.send_async(value, lambda res, _id: failed.append(res) if str(res).split(".")[-1] != "Ok" else None, partition_key=key)
     producer.flush()
     producer.close()
+    assert not failed, failed[:3]
 
 
 def test_compacted_consumer_and_reader_see_the_last_value_per_key(client, api, standalone, topic):
