@@ -69,6 +69,7 @@ class TopicCompaction:
         self.status = CompactionStatus.NOT_RUN
         self.last_error = ""
         self.last_run: dict = {}
+        self.phase = ""  # of the run in progress: "phase-one", "phase-two", "publishing"
         self._task: asyncio.Task | None = None
         self._checked_at = float("-inf")
         self.retain_null_key = bool(getattr(topic.config, "topic_compaction_retain_null_key", False))
@@ -117,6 +118,8 @@ class TopicCompaction:
     def status_json(self) -> dict:
         """Pulsar's LongRunningProcessStatus shape, plus what the last run did."""
         out = {"status": self.status.value, "lastError": self.last_error}
+        if self.running:
+            out["phase"] = self.phase
         if self.last_run:
             out["lastRun"] = dict(self.last_run)
         return out
@@ -163,6 +166,7 @@ class TopicCompaction:
     async def _run(self) -> None:
         started = time.monotonic()
         try:
+            self.phase = "phase-one"
             counts = await self._compact()
         except asyncio.CancelledError:
             self.status, self.last_error = CompactionStatus.ERROR, "cancelled (the topic closed)"
@@ -189,6 +193,7 @@ class TopicCompaction:
             cursor = await ml.open_cursor(model.CURSOR_NAME, initial_position=InitialPosition.EARLIEST)
         source_reader, generation = self.reader, self.generation
 
+        self.phase = "phase-one"
         latest: dict[str, model.MessageKey] = {}
         read = 0
         async for position, data in self._input(source_reader, previous, horizon):
@@ -209,7 +214,9 @@ class TopicCompaction:
             with persistence_errors(f"recording the compacted ledger of {self.topic.name}"):
                 await cursor.mark_delete(cursor.mark_delete_position,
                                          properties=self._properties(self.ledger_id, handle.ledger_id))
+            self.phase = "phase-two"
             written = await self._write(handle, source_reader, previous, horizon, latest)
+            self.phase = "publishing"
             with persistence_errors(f"closing the compacted ledger of {self.topic.name}"):
                 await handle.close()
             if self.generation != generation:

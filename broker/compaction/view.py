@@ -88,6 +88,7 @@ class CompactedCursor:
         self._cursor = cursor
         self._compaction = compaction
         self._resume: tuple[int, Position, int] | None = None  # (generation, read position, next index)
+        self._done = False  # read through a view to its end; a rewind or seek starts over
         # Placeholders of batches read from the compacted ledger, by position: they go out as already acknowledged
         # batch indexes (the ack_set of MESSAGE), which every client skips -- the official C++ client does not
         # look at ``compacted_out``. Bounded; an entry forgotten is sent again with its placeholders visible.
@@ -99,6 +100,17 @@ class CompactedCursor:
         if not placeholders:
             return acked
         return placeholders | acked if acked else placeholders
+
+    def is_deleted(self, position) -> bool:
+        """A cursor that has consumed nothing has its mark-delete just before the first stored entry; the view's
+        entries from trimmed ledgers lie before that and are not consumed for it."""
+        cursor, c = self._cursor, self._compaction
+        position = Position(*position)
+        mark = cursor.mark_delete_position
+        if (c.horizon is not None and position <= c.horizon and position <= mark and mark.entry_id == -1
+                and mark == cursor.ml.position_before(cursor.ml.first_position)):
+            return cursor.deleted.contains(position.ledger_id, position.entry_id)
+        return cursor.is_deleted(position)
 
     def delete_batch_mask(self, position, acked_mask: int, batch_size: int):
         """A client acknowledges only the messages it was given: the placeholders count as acknowledged too,
@@ -126,7 +138,26 @@ class CompactedCursor:
 
     def _in_view(self) -> bool:
         c = self._compaction
-        return c.reader is not None and c.horizon is not None and self._cursor.read_position <= c.horizon
+        if c.reader is None or c.horizon is None:
+            return False
+        position = self._cursor.read_position
+        if position <= c.horizon:
+            return True
+        # At the start of what the topic still stores, the view comes first even when the ledgers it was made
+        # from are trimmed (the read position is then past the horizon) -- once.
+        return not self._done and position <= self._cursor.ml.first_position
+
+    def rewind(self) -> None:
+        self._done = False
+        self._cursor.rewind()
+
+    def seek(self, position) -> None:
+        self._done = False
+        self._cursor.seek(position)
+
+    async def reset(self, position) -> None:
+        self._done = False
+        await self._cursor.reset(position)
 
     def has_more_entries(self) -> bool:
         return self._in_view() or self._cursor.has_more_entries()
@@ -152,8 +183,8 @@ class CompactedCursor:
             self._resume = None
             return []  # a seek, or a new compacted view, during the read: decide again
         if not items:
-            cursor.read_position = Position(horizon.ledger_id, horizon.entry_id + 1)
-            self._resume = None
+            cursor.read_position = max(Position(horizon.ledger_id, horizon.entry_id + 1), cursor.read_position)
+            self._resume, self._done = None, True
             return await cursor.read_entries(max_entries)
         last = items[-1][0]
         cursor.read_position = Position(last.ledger_id, last.entry_id + 1)

@@ -338,6 +338,7 @@ class PersistentTopic:
                     "totalNonContiguousDeletedMessagesRange": c.individually_deleted_range_count,
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
+                    "properties": dict(c.properties),
                 }
                 for name, c in self.ml.cursors.items()
             },
