@@ -110,3 +110,31 @@ def test_table_view_follows_updates_live(client, standalone, topic):
     wait_until(lambda: seen.get("a") == b"5" and seen.get("b") == b"", 10, "the listener to see the updates")
     assert len(view) == 2
     view.close()
+
+
+def test_the_namespace_compaction_threshold_starts_a_run(client, api, standalone, request):
+    """Past compactionThreshold bytes after the horizon a run starts by itself; a namespace without one never."""
+    import uuid
+
+    ns = f"public/auto-{uuid.uuid4().hex[:8]}"
+    assert admin_call(standalone, "PUT", f"/admin/v2/namespaces/{ns}", body={})[0] == 204
+    assert admin_call(standalone, "POST", f"/admin/v2/namespaces/{ns}/compactionThreshold", body=20_000)[0] == 204
+    assert admin_call(standalone, "GET", f"/admin/v2/namespaces/{ns}/compactionThreshold") == (200, 20_000)
+    status, body = admin_call(standalone, "POST", f"/admin/v2/namespaces/{ns}/compactionThreshold", body=-5)
+    assert status == 400, body
+
+    topic, other = f"persistent://{ns}/auto", "persistent://public/default/" + f"no-threshold-{uuid.uuid4().hex[:8]}"
+    items = [(f"k{i % 5}", f"{i}-".encode().ljust(1000, b"x")) for i in range(10)]
+    _produce(client, topic, items)
+    _produce(client, other, items)
+    assert compaction_status(standalone, topic)["status"] == "NOT_RUN"  # 10 KB: under the threshold
+    _produce(client, topic, items * 2)
+    from tests.compaction.support import wait_compacted
+
+    wait_compacted(standalone, topic)
+    assert compaction_status(standalone, other)["status"] == "NOT_RUN"
+    # The run started once 20 KB were stored (while the producer went on): the view up to its horizon, then the rest.
+    reader = client.create_reader(topic, api.MessageId.earliest, is_read_compacted=True)
+    seen = read_available(reader)
+    assert as_table(seen) == {f"k{i}": f"{5 + i}-".encode().ljust(1000, b"x") for i in range(5)}
+    assert len(seen) < 30  # some of the topic was compacted away
