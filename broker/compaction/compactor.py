@@ -240,7 +240,12 @@ class TopicCompaction:
 
     async def _write(self, handle, source_reader, previous, horizon, latest) -> int:
         written, inflight = 0, []
+        # Only entries holding some key's newest message are kept (and keyless ones, when those are): the others
+        # need not even be parsed -- most of a topic with few keys.
+        holders = None if self.retain_null_key else {position for position, _ in latest.values()}
         async for position, data in self._input(source_reader, previous, horizon):
+            if holders is not None and position not in holders:
+                continue
             try:
                 out = model.compacted_entry(data, position, latest, self.retain_null_key)
             except Exception:
