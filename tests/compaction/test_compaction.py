@@ -138,3 +138,29 @@ def test_the_namespace_compaction_threshold_starts_a_run(client, api, standalone
     seen = read_available(reader)
     assert as_table(seen) == {f"k{i}": f"{5 + i}-".encode().ljust(1000, b"x") for i in range(5)}
     assert len(seen) < 30  # some of the topic was compacted away
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+def test_null_value_tombstones(client, api, standalone, topic, batching):
+    """The conformance suite's test_null_value_compaction: send(None) deletes a key (null_value, not an empty value)."""
+    consumer = client.subscribe(topic, "my-sub1", is_read_compacted=True)
+    consumer.close()
+    producer = client.create_producer(topic, batching_enabled=batching)
+    for key, value in [("key1", b"hello-1"), ("key1", None), ("key2", b"hello-2"), ("key3", b"hello-3"),
+                       ("key3", None), ("key4", b"hello-4")]:
+        producer.send_async(value, None, partition_key=key)
+    producer.flush()
+    compact(standalone, topic)
+    consumer = client.subscribe(topic, "my-sub1", is_read_compacted=True)
+    got = [consumer.receive(10_000) for _ in range(2)]
+    assert [(m.partition_key(), m.data()) for m in got] == [("key2", b"hello-2"), ("key4", b"hello-4")]
+    with pytest.raises(api.Timeout):
+        consumer.receive(500)  # nothing more: key1 and key3 are gone
+
+    view = client.create_table_view(topic)
+    assert view.get("key2") == b"hello-2" and view.get("key1") is None and len(view) == 2
+    producer.send(None, partition_key="key2")
+    from storage.testing.waiting import wait_until
+
+    wait_until(lambda: view.get("key2") is None and len(view) == 1, 10, "the table view to drop key2")
+    view.close()

@@ -182,7 +182,7 @@ class Producer(_Facade):
         self._submit(content, None if callback is None else _Callback(callback), kwargs)
 
     def _submit(self, content, completion, options: dict) -> None:
-        if type(content) is not bytes:
+        if type(content) is not bytes and content is not None:  # None: a tombstone (null value)
             content = _as_bytes(content)
         if options and not options.keys() <= _SEND_OPTIONS:
             raise TypeError(f"unknown send options: {', '.join(sorted(options.keys() - _SEND_OPTIONS))}")
