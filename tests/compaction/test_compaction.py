@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compaction.support import as_table, compact, compaction_status, read_available
+from tests.compaction.support import admin_path, as_table, compact, compaction_status, read_available
 from tests.official_client.support import admin_call
 
 
@@ -164,3 +164,19 @@ def test_null_value_tombstones(client, api, standalone, topic, batching):
 
     wait_until(lambda: view.get("key2") is None and len(view) == 1, 10, "the table view to drop key2")
     view.close()
+
+
+def test_a_partitioned_topic_compacts_every_partition(client, api, standalone, topic):
+    status, body = admin_call(standalone, "PUT", admin_path(topic) + "/partitions", body=3)
+    assert status == 204, body
+    _produce(client, topic, [(f"k{i % 30}", f"{i}".encode()) for i in range(300)])
+    assert compaction_status(standalone, topic)["status"] == "NOT_RUN"
+    done = compact(standalone, topic)
+    assert sorted(done["partitions"]) == [f"{topic}-partition-{i}" for i in range(3)]
+    assert sum(p["lastRun"]["keys"] for p in done["partitions"].values()) == 30
+    seen = {}
+    for i in range(3):
+        reader = client.create_reader(f"{topic}-partition-{i}", api.MessageId.earliest, is_read_compacted=True)
+        seen.update((m.partition_key(), m.data()) for m in read_available(reader))
+        reader.close()
+    assert seen == {f"k{k}": str(270 + k).encode() for k in range(30)}
