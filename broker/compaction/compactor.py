@@ -309,3 +309,14 @@ class TopicCompaction:
             self._task.cancel()
         if self.reader is not None:
             await self.reader.close()
+
+    async def delete_ledgers(self) -> None:
+        """The topic is being deleted: its compacted ledger (and one a run left pending) go with it. Call after
+        ``close``; the managed ledger deletes the ``__compaction`` cursor itself."""
+        cursor = self.cursor
+        ids = {self.ledger_id}
+        if cursor is not None:
+            ids |= {cursor.properties.get(model.COMPACTED_LEDGER), cursor.properties.get(model.PENDING_LEDGER)}
+        for ledger_id in ids - {None}:
+            await self._delete_ledger(ledger_id)
+        self.reader, self.horizon = None, None

@@ -208,3 +208,13 @@ def read_compacted(subscription, compaction) -> None:
     subscription.cursor = CompactedCursor(subscription.cursor, compaction)
     if subscription.dispatcher is not None:
         subscription.dispatcher.cursor = subscription.cursor
+
+
+def plain_view(subscription) -> None:
+    """Undo ``read_compacted``: the subscription reads its managed cursor again."""
+    cursor = getattr(subscription.cursor, "managed_cursor", None)
+    if cursor is None:
+        return
+    subscription.cursor = cursor
+    if subscription.dispatcher is not None:
+        subscription.dispatcher.cursor = cursor

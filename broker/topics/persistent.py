@@ -23,7 +23,7 @@ from broker.errors import (
 )
 from broker.compaction.compactor import TopicCompaction
 from broker.compaction.model import CURSOR_NAME as COMPACTION_CURSOR
-from broker.compaction.view import read_compacted as read_compacted_view
+from broker.compaction.view import plain_view, read_compacted as read_compacted_view
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
@@ -201,6 +201,8 @@ class PersistentTopic:
         self._check_open()
         if read_compacted:
             read_compacted_view(sub, self.compaction)
+        elif not sub.consumers:
+            plain_view(sub)  # the first consumer decides, as a subscription's type is decided
         sub.add_consumer(consumer, sub_type)
         return sub
 
@@ -385,4 +387,5 @@ class PersistentTopic:
         if self.producers or any(s.consumers for s in self.subscriptions.values()):
             raise NotAllowedError(f"topic {self.name} has connected producers or consumers")
         await self.close(notify=False)
+        await self.compaction.delete_ledgers()
         await self._guard(self.ml.delete())

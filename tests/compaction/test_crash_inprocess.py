@@ -106,3 +106,19 @@ async def _keys(compaction):
     async for _, data in compaction.reader.scan():
         for m in model.keyed_messages(data):
             yield m
+
+
+async def test_deleting_the_topic_deletes_its_compacted_ledger(ledgers):
+    await ledgers.start_bookies(1)
+    tasks: list[asyncio.Task] = []
+    ml = await _open(ledgers, "public/default/persistent/deleted")
+    await _fill(ml, [("a", b"1"), ("a", b"2")])
+    compaction = TopicCompaction(_topic(ml, tasks))
+    await compaction.trigger()
+    ledger_id = compaction.ledger_id
+    await compaction.close()
+    await compaction.delete_ledgers()
+    await ml.delete()
+    client = await ledgers.client()
+    with pytest.raises(NoSuchLedgerError):
+        await client.open_ledger(ledger_id, recovery=False, password=ml.password)
