@@ -2,7 +2,8 @@
 
 The broker is stopped (SIGSTOP) as soon as its status says phase two is under way -- the new compacted ledger
 exists and is named in the __compaction cursor as pending, the horizon has not moved -- and then killed, so
-the kill lands inside the run every time. After a restart the view is the one before the run, the pending
+the kill lands inside the run every time. The runs killed keep half their input (5,000 keys over 10,000
+messages), so phase two writes thousands of entries and lasts long enough to be caught at it. After a restart the view is the one before the run, the pending
 ledger is forgotten (and deleted), and a new run completes.
 """
 
@@ -36,7 +37,7 @@ def _cursor_properties(broker, topic) -> dict:
 def _kill_in_phase_two(broker, topic) -> None:
     start_compaction(broker, topic)
     wait_until(lambda: compaction_status(broker, topic).get("phase") == "phase-two", 60,
-               "the compaction run to reach phase two")
+               "the compaction run to reach phase two", interval_s=0.01)
     broker.pause()
     broker.kill9()
 
@@ -65,7 +66,7 @@ def test_kill9_during_the_first_run_leaves_the_uncompacted_topic(start_standalon
     topic = "persistent://public/default/crash-first-run"
     client = pulsar.Client(broker.service_url, operation_timeout_seconds=30,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    items = _items(10_000, 100, 1024, "v") + [(f"key-{k}", b"") for k in range(0, 100, 10)]
+    items = _items(10_000, 5_000, 1024, "v") + [(f"key-{k}", b"") for k in range(0, 100, 10)]
     _produce(client, topic, items)
     client.close()
     expected = as_table_of(items)
@@ -81,7 +82,7 @@ def test_kill9_during_the_first_run_leaves_the_uncompacted_topic(start_standalon
 
     compact(broker, topic)
     for name, view in _views(broker, topic).items():
-        assert len(view) == 90 and dict(view) == expected, name
+        assert len(view) == 4_990 and dict(view) == expected, name
 
 
 def test_kill9_during_a_later_run_keeps_the_previous_view(start_standalone):
@@ -93,7 +94,7 @@ def test_kill9_during_a_later_run_keeps_the_previous_view(start_standalone):
     _produce(client, topic, first)
     compact(broker, topic)
     published = _cursor_properties(broker, topic)["CompactedTopicLedger"]
-    second = _items(10_000, 100, 1024, "second") + [(f"key-{k}", b"") for k in range(0, 100, 10)]
+    second = _items(10_000, 5_000, 1024, "second") + [(f"key-{k}", b"") for k in range(0, 100, 10)]
     _produce(client, topic, second)
     client.close()
 
@@ -110,7 +111,7 @@ def test_kill9_during_a_later_run_keeps_the_previous_view(start_standalone):
     assert compaction_status(broker, topic)["status"] == "SUCCESS"  # restored from the cursor
     compact(broker, topic)
     for name, view in _views(broker, topic).items():
-        assert len(view) == 90 and dict(view) == as_table_of(first + second), name
+        assert len(view) == 4_990 and dict(view) == as_table_of(first + second), name
 
 
 def as_table_of(items) -> dict:
