@@ -31,6 +31,12 @@ MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
 AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
+RATE_LIMIT_FIELDS = (
+    "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes",
+    "broker_publisher_throttling_max_message_rate", "broker_publisher_throttling_max_byte_rate",
+    "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
+    "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscription_in_byte",
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,24 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Rate limits (broker/topics/throttling.py): the defaults for topics whose namespace sets no publish-rate or
+    # dispatch-rate policy, per second; 0 or -1 = unlimited, as in Pulsar. The broker-wide publish rate counts
+    # every topic's SENDs together.
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
+    broker_publisher_throttling_max_message_rate: int = 0
+    broker_publisher_throttling_max_byte_rate: int = 0
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscription_in_byte: int = 0
+    dispatch_throttling_rate_relative_to_publish_rate: bool = False
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
+    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
+    # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
+    # (broker/server/command_budget.py). 0 = unlimited.
+    max_control_commands_per_connection_per_s: float = 1000.0
+    max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -265,6 +288,12 @@ class BrokerConfig:
                      "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:
+            raise ValueError("max_control_commands_per_connection_per_s and max_wasted_commands_per_connection_per_s "
+                             "must be >= 0 (0 = unlimited)")
+        for name in RATE_LIMIT_FIELDS:
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (0 or -1 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:

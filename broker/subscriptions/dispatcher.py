@@ -60,6 +60,8 @@ class Dispatcher(abc.ABC):
         self.max_read_batch_size = max_read_batch_size
         self.max_read_bytes = DEFAULT_MAX_READ_BYTES  # Pulsar's dispatcherMaxReadSizeBytes; set from the config
         self._avg_entry_bytes = 0.0  # recent entries' size, to turn the byte bound into an entry count
+        # The dispatch rates (broker.topics.throttling.SubscriptionRates: wait() and entries()); None = no limit.
+        self.rate_limits = None
         self.consumers: list[Consumer] = []
         self.redelivery = RedeliveryTracker()
         self._wakeup = asyncio.Event()
@@ -127,8 +129,13 @@ class Dispatcher(abc.ABC):
             if not self.ready():
                 await self._wakeup.wait()
                 continue
+            if self.rate_limits is not None:
+                wait_s = self.rate_limits.wait()
+                if wait_s is not None:  # the dispatch rate is used up for this period
+                    await self._pause(wait_s)
+                    continue
             try:
-                entries = await self.read(self.read_count())
+                entries = await self.read(self.rate_bounded(self.read_count()))
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:
@@ -152,10 +159,20 @@ class Dispatcher(abc.ABC):
                 await self._wakeup.wait()  # nothing could be handed out: wait for permits or consumers
 
     async def _backoff(self) -> None:
+        await self._pause(0.1)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if woken (the loop then decides again)."""
         try:
-            await asyncio.wait_for(self._wakeup.wait(), 0.1)
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+    def rate_bounded(self, count: int) -> int:
+        """``count`` entries, or fewer when the dispatch rates allow fewer messages or bytes this period."""
+        if self.rate_limits is None:
+            return count
+        return self.rate_limits.entries(count, self._avg_entry_bytes)
 
     async def read_tail(self, count: int) -> list | None:
         """Read from the cursor; at the tail, wait for a publish or a wake-up (then None).
