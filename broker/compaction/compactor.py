@@ -302,7 +302,7 @@ class TopicCompaction:
         if last is None:
             return Position(-1, -1), -1
         position, data = last
-        return position, model.last_kept_batch_index(data)
+        return position, model.last_batch_index(data)
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

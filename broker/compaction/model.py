@@ -9,10 +9,13 @@ How it works (Pulsar's two-phase compaction):
 - **Phase two** reads the same messages again and keeps a message when it is
   its key's entry in ``latest``. A keyless message is kept only when
   ``retain_null_key`` (Pulsar 3.2's ``topicCompactionRetainNullKey``,
-  default off). A batch with some messages dropped keeps its shape: each
-  dropped message becomes an empty ``compacted_out`` placeholder, so the
-  kept ones keep their batch index (and message id); clients skip
-  placeholders.
+  default off). A batch with some messages dropped is rewritten as a batch
+  of the kept messages alone, so they get new batch indexes 0..k-1 within
+  their entry. (Pulsar keeps the batch's shape with empty ``compacted_out``
+  placeholders instead; the official C++ client neither skips those nor, when
+  they are skipped, ever completes the batch's acknowledgement -- its batch
+  acker waits for every index -- so a durable compacted consumer would be
+  given the batch again after each reconnect.)
 - **The compacted ledger** holds one entry per kept entry: its original
   position (16 bytes) and the entry as a consumer receives it. Its entries
   are in position order, so a read position is found by binary search.
@@ -119,39 +122,22 @@ def compacted_entry(data: bytes, position: Position, latest: dict[str, MessageKe
         return data
     metadata, payload, _ = parse_headers_and_payload(data)
     singles, payloads = _batch(metadata, payload)
-    rebuilt = []
-    for smm, body, k in zip(singles, payloads, keep):
-        if k:
-            rebuilt.append((smm, body))
-        else:
-            rebuilt.append((pb.SingleMessageMetadata(compacted_out=True), b""))
+    rebuilt = [(smm, body) for smm, body, k in zip(singles, payloads, keep) if k]
     packed = pack_batch(rebuilt)
     out = pb.MessageMetadata()
     out.CopyFrom(metadata)
     out.compression = pb.NONE
     out.uncompressed_size = len(packed)
+    out.num_messages_in_batch = len(rebuilt)
     return encode_headers_and_payload(out, packed)
 
 
-def compacted_out_indexes(data: bytes) -> frozenset[int]:
-    """The batch indexes of placeholders in a compacted entry (empty for an entry kept whole)."""
-    metadata, payload, _ = parse_headers_and_payload(data)
-    if not is_batch(metadata):
-        return frozenset()
-    singles, _ = _batch(metadata, payload)
-    return frozenset(i for i, s in enumerate(singles) if s.compacted_out)
-
-
-def last_kept_batch_index(data: bytes) -> int:
-    """The batch index of the last message of a compacted entry that is not a placeholder (-1: not a batch)."""
-    metadata, payload, _ = parse_headers_and_payload(data)
+def last_batch_index(data: bytes) -> int:
+    """The batch index of the last message of an entry (-1: not a batch)."""
+    metadata, _, _ = parse_headers_and_payload(data)
     if not is_batch(metadata):
         return NON_BATCH
-    singles, _ = _batch(metadata, payload)
-    for i in range(len(singles) - 1, -1, -1):
-        if not singles[i].compacted_out:
-            return i
-    return NON_BATCH
+    return max(metadata.num_messages_in_batch, 1) - 1
 
 
 def backlog_bytes(ledgers: list[tuple[int, int, int]], horizon: Position | None) -> int:

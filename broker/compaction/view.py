@@ -21,8 +21,6 @@ from __future__ import annotations
 from broker.compaction import model
 from storage.managed_ledger import Entry, Position
 
-MAX_PLACEHOLDER_ENTRIES = 100_000
-
 
 class CompactedLedgerReader:
     """A closed compacted ledger, read by position."""
@@ -89,17 +87,6 @@ class CompactedCursor:
         self._compaction = compaction
         self._resume: tuple[int, Position, int] | None = None  # (generation, read position, next index)
         self._done = False  # read through a view to its end; a rewind or seek starts over
-        # Placeholders of batches read from the compacted ledger, by position: they go out as already acknowledged
-        # batch indexes (the ack_set of MESSAGE), which every client skips -- the official C++ client does not
-        # look at ``compacted_out``. Bounded; an entry forgotten is sent again with its placeholders visible.
-        self._placeholders: dict[Position, frozenset[int]] = {}
-
-    def batch_deleted_indexes(self, position) -> frozenset[int] | None:
-        acked = self._cursor.batch_deleted_indexes(position)
-        placeholders = self._placeholders.get(Position(*position))
-        if not placeholders:
-            return acked
-        return placeholders | acked if acked else placeholders
 
     def is_deleted(self, position) -> bool:
         """A cursor that has consumed nothing has its mark-delete just before the first stored entry; the view's
@@ -111,23 +98,6 @@ class CompactedCursor:
                 and mark == cursor.ml.position_before(cursor.ml.first_position)):
             return cursor.deleted.contains(position.ledger_id, position.entry_id)
         return cursor.is_deleted(position)
-
-    def delete_batch_mask(self, position, acked_mask: int, batch_size: int):
-        """A client acknowledges only the messages it was given: the placeholders count as acknowledged too,
-        so the entry is consumed once every message kept in it is."""
-        for i in self._placeholders.get(Position(*position), ()):
-            acked_mask |= 1 << i
-        return self._cursor.delete_batch_mask(position, acked_mask, batch_size)
-
-    def _note_placeholders(self, position: Position, data: bytes) -> None:
-        try:
-            found = model.compacted_out_indexes(data)
-        except Exception:
-            return  # unreadable: the dispatcher skips the entry anyway
-        if found:
-            if len(self._placeholders) >= MAX_PLACEHOLDER_ENTRIES:
-                self._placeholders.pop(next(iter(self._placeholders)))
-            self._placeholders[position] = found
 
     def __getattr__(self, name):
         return getattr(self._cursor, name)
@@ -189,8 +159,6 @@ class CompactedCursor:
         last = items[-1][0]
         cursor.read_position = Position(last.ledger_id, last.entry_id + 1)
         self._resume = (generation, cursor.read_position, index + len(items))
-        for position, data in items:
-            self._note_placeholders(position, data)
         return [Entry(position, data) for position, data in items]
 
     async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:

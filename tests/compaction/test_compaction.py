@@ -180,3 +180,23 @@ def test_a_partitioned_topic_compacts_every_partition(client, api, standalone, t
         seen.update((m.partition_key(), m.data()) for m in read_available(reader))
         reader.close()
     assert seen == {f"k{k}": str(270 + k).encode() for k in range(30)}
+
+
+def test_a_durable_compacted_consumer_acknowledges_rewritten_batches(client, api, standalone, topic):
+    """Acknowledging every kept message of a batch with placeholders consumes the entry: nothing comes back."""
+    from tests.official_client.support import assert_nothing_more
+
+    items = [(f"k{i % 50}", f"{i}".encode()) for i in range(130)]  # batches where only some messages are newest
+    _produce(client, topic, items, batching=True)
+    compact(standalone, topic)
+    consumer = client.subscribe(topic, "durable-compacted", is_read_compacted=True,
+                                initial_position=api.InitialPosition.Earliest)
+    got = [consumer.receive(10_000) for _ in range(50)]
+    assert {m.partition_key(): m.data() for m in got} == {f"k{k}": str(100 + k if k < 30 else 50 + k).encode() for k in range(50)}
+    for m in got:
+        consumer.acknowledge(m)
+    assert_nothing_more(consumer, within_ms=500)
+    consumer.close()
+    consumer = client.subscribe(topic, "durable-compacted", is_read_compacted=True)
+    assert_nothing_more(consumer, within_ms=1000)
+    consumer.close()

@@ -49,7 +49,7 @@ def run(entries, retain_null_key=False):
         assert ok
         if md.HasField("num_messages_in_batch"):
             singles, payloads = split_batch(payload, md.num_messages_in_batch)
-            out.append((position, [None if s.compacted_out else (s.partition_key, p) for s, p in zip(singles, payloads)]))
+            out.append((position, [(s.partition_key, p) for s, p in zip(singles, payloads)]))
         else:
             out.append((position, [(md.partition_key, payload)]))
     return out
@@ -68,13 +68,14 @@ CASES = [
     ("keyless kept when asked", [(P[0], single(None, b"x")), (P[1], single("a", b"1"))], True,
      [(P[0], [("", b"x")]), (P[1], [("a", b"1")])]),
     ("a batch kept whole", [(P[0], batch([("a", b"1"), ("b", b"2")]))], False, [(P[0], [("a", b"1"), ("b", b"2")])]),
-    ("a batch keeps its indexes", [(P[0], batch([("a", b"1"), ("b", b"2"), ("c", b"3")])), (P[1], single("b", b"9"))],
-     False, [(P[0], [("a", b"1"), None, ("c", b"3")]), (P[1], [("b", b"9")])]),
+    ("a batch keeps only its kept messages", [(P[0], batch([("a", b"1"), ("b", b"2"), ("c", b"3")])),
+                                              (P[1], single("b", b"9"))],
+     False, [(P[0], [("a", b"1"), ("c", b"3")]), (P[1], [("b", b"9")])]),
     ("a tombstone inside a batch", [(P[0], batch([("a", b"1"), ("a", None)]))], False, []),
     ("a compressed batch", [(P[0], batch([("a", b"1" * 50), ("a", b"2" * 50)], compression=pb.ZLIB))], False,
-     [(P[0], [None, ("a", b"2" * 50)])]),
+     [(P[0], [("a", b"2" * 50)])]),
     ("keys repeat inside one batch", [(P[0], batch([("a", b"1"), ("b", b"2"), ("a", b"3")]))], False,
-     [(P[0], [None, ("b", b"2"), ("a", b"3")])]),
+     [(P[0], [("b", b"2"), ("a", b"3")])]),
 ]
 
 
@@ -83,15 +84,16 @@ def test_what_a_run_keeps(entries, retain, expected):
     assert run(entries, retain) == expected
 
 
-def test_placeholders_and_last_kept_index():
+def test_a_rewritten_batch_counts_only_its_kept_messages():
     entries = [(P[0], batch([("a", b"1"), ("b", b"2"), ("a", b"3"), ("b", b"")]))]
     latest = {}
     model.fold_latest(latest, P[0], model.keyed_messages(entries[0][1]))
     kept = model.compacted_entry(entries[0][1], P[0], latest, False)
-    assert model.compacted_out_indexes(kept) == {0, 1, 3}
-    assert model.last_kept_batch_index(kept) == 2
-    assert model.compacted_out_indexes(single("a", b"1")) == frozenset()
-    assert model.last_kept_batch_index(single("a", b"1")) == -1
+    md, _, _ = parse_headers_and_payload(kept)
+    assert md.num_messages_in_batch == 1 and md.compression == pb.NONE
+    assert model.last_batch_index(kept) == 0
+    assert model.last_batch_index(entries[0][1]) == 3
+    assert model.last_batch_index(single("a", b"1")) == -1
 
 
 def test_compacted_entry_codec():
