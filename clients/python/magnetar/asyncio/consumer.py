@@ -171,7 +171,8 @@ class AsyncConsumer:
             indexes = range(size)
             acked = _acked_indexes(cmd.ack_set, size)
             if self.read_compacted and any(s.compacted_out for s in singles):
-                # Compaction left empty placeholders for the messages it dropped (so the rest keep their ids).
+                # A Pulsar broker's compaction leaves empty placeholders for the messages it dropped
+                # (Magnetar's rewrites the batch without them).
                 acked = set(acked) | {i for i, s in enumerate(singles) if s.compacted_out}
             if first > 0 or acked:  # the rare case: part of the batch was acknowledged or lies before the start
                 indexes = [i for i in indexes if i >= first and i not in acked]
