@@ -58,9 +58,11 @@ class CompactionRunningError(BrokerError):
 
 
 class TopicCompaction:
-    def __init__(self, topic):
+    def __init__(self, topic, *, clock=time.monotonic):
         self.topic = topic
         self.ml = topic.ml
+        self.clock = clock
+        self._failed_at: float | None = None
         self.horizon: Position | None = None
         self.reader: CompactedLedgerReader | None = None  # the published compacted ledger
         self.generation = 0  # moves on each publish: readers re-find their place in the new ledger
@@ -151,7 +153,8 @@ class TopicCompaction:
         if threshold <= 0 or self.running:
             return
         ledgers = [(i.ledger_id, i.entries, i.size) for i in self.ml.info.ledgers]
-        if model.should_compact(model.backlog_bytes(ledgers, self.horizon), threshold, self.running):
+        since_failure = None if self._failed_at is None else self.clock() - self._failed_at
+        if model.should_compact(model.backlog_bytes(ledgers, self.horizon), threshold, self.running, since_failure):
             log.info("topic %s passed its compaction threshold of %d bytes; compacting", self.topic.name, threshold)
             self.trigger()
 
@@ -167,15 +170,16 @@ class TopicCompaction:
             raise
         except (BrokerError, StorageError) as exc:
             log.warning("compaction of %s failed: %s", self.topic.name, exc)
-            self.status, self.last_error = CompactionStatus.ERROR, str(exc)
+            self.status, self.last_error, self._failed_at = CompactionStatus.ERROR, str(exc), self.clock()
             return
         except Exception as exc:  # a bug must still end the run as ERROR, or the status says RUNNING forever
             log.exception("compaction of %s failed", self.topic.name)
             self.status, self.last_error = CompactionStatus.ERROR, f"{type(exc).__name__}: {exc}"
+            self._failed_at = self.clock()
             return
         counts["seconds"] = round(time.monotonic() - started, 3)
         self.last_run = counts
-        self.status = CompactionStatus.SUCCESS
+        self.status, self._failed_at = CompactionStatus.SUCCESS, None
 
     async def _compact(self) -> dict:
         ml = self.ml

@@ -153,6 +153,12 @@ def backlog_bytes(ledgers: list[tuple[int, int, int]], horizon: Position | None)
     return total
 
 
-def should_compact(backlog: int, threshold: int, running: bool) -> bool:
-    """The automatic trigger: a threshold of 0 (or less) turns it off."""
+RETRY_AFTER_ERROR_S = 60.0  # an automatic run that failed is not tried again sooner (no failure loop per publish)
+
+
+def should_compact(backlog: int, threshold: int, running: bool, since_failure_s: float | None = None) -> bool:
+    """The automatic trigger: a threshold of 0 (or less) turns it off; ``since_failure_s`` is the time since the
+    last run failed (None: it did not)."""
+    if since_failure_s is not None and since_failure_s < RETRY_AFTER_ERROR_S:
+        return False
     return threshold > 0 and not running and backlog >= threshold

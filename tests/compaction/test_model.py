@@ -124,3 +124,8 @@ def test_backlog_bytes(ledgers, horizon, expected):
 ])
 def test_should_compact(backlog, threshold, running, expected):
     assert model.should_compact(backlog, threshold, running) is expected
+
+
+@pytest.mark.parametrize("since_failure_s, expected", [(None, True), (0.0, False), (59.9, False), (60.0, True)])
+def test_a_failed_run_is_not_retried_at_once(since_failure_s, expected):
+    assert model.should_compact(1000, 100, False, since_failure_s) is expected
