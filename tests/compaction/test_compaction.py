@@ -196,6 +196,14 @@ def test_a_durable_compacted_consumer_acknowledges_rewritten_batches(client, api
     for m in got:
         consumer.acknowledge(m)
     assert_nothing_more(consumer, within_ms=500)
+    from storage.testing.waiting import wait_until
+
+    def unacked():
+        stats = admin_call(standalone, "GET", admin_path(topic) + "/stats")[1]
+        return stats["subscriptions"]["durable-compacted"]["unackedMessages"]
+
+    # Acknowledgements are grouped by both clients: the broker has them all once nothing is unacknowledged.
+    wait_until(lambda: unacked() == 0, 10, "the acknowledgements to reach the broker")
     consumer.close()
     consumer = client.subscribe(topic, "durable-compacted", is_read_compacted=True)
     assert_nothing_more(consumer, within_ms=1000)
