@@ -74,6 +74,9 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
+    # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
+    managed_ledger_max_reads_in_flight_size_mb: int = 256
     # Rate limits (broker/topics/throttling.py): the defaults for topics whose namespace sets no publish-rate or
     # dispatch-rate policy, per second; 0 or -1 = unlimited, as in Pulsar. The broker-wide publish rate counts
     # every topic's SENDs together.
@@ -94,6 +97,10 @@ class BrokerConfig:
     max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
+    # Schema registry defaults (broker/schemas); namespace policies override each.
+    schema_compatibility_strategy: str = "BACKWARD"
+    is_allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False  # refuse schema-less producers on a topic that has a schema
     subscription_key_shared_consistent_hashing_points: int = 100
     # Pulsar's keySharedLookAheadMsgInReplayThreshold*: how many entries a Key_Shared subscription may hold for
     # busy consumers while it reads on for the others (per consumer, and a cap for the subscription).
@@ -264,6 +271,14 @@ class BrokerConfig:
         check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
+        from broker.schemas.compatibility import parse_strategy
+
+        try:
+            strategy = parse_strategy(self.schema_compatibility_strategy)
+        except Exception as exc:  # the registry's InvalidSchemaError: a config error here
+            raise ValueError(f"schema_compatibility_strategy: {exc}") from None
+        if strategy is None:
+            raise ValueError("schema_compatibility_strategy must name a strategy, not UNDEFINED")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
             raise ValueError("allow_auto_topic_creation_type must be 'non-partitioned' or 'partitioned'")
         if self.default_num_partitions < 1:
@@ -285,7 +300,8 @@ class BrokerConfig:
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
-                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic",
+                     "managed_ledger_max_reads_in_flight_size_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:

@@ -226,6 +226,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "maxNumPartitionsPerPartitionedTopic": Key("max_num_partitions_per_partitioned_topic", _int),
     "brokerMaxConnectionsPerIp": Key("broker_max_connections_per_ip", _int),
     "maxMessagePublishBufferSizeInMB": Key("max_message_publish_buffer_size_mb", _int),
+    "managedLedgerMaxReadsInFlightSizeInMB": Key("managed_ledger_max_reads_in_flight_size_mb", _int),
     "maxConsumersPerTopic": Key("max_consumers_per_topic", _int),
     # -- rate limits (per second; 0 = unlimited)
     "maxPublishRatePerTopicInMessages": Key("max_publish_rate_per_topic_in_messages", _int),
@@ -246,6 +247,9 @@ PULSAR_KEYS: dict[str, Key] = {
     "dispatcherMaxReadSizeBytes": Key("dispatcher_max_read_size_bytes", _int),
     "brokerDeduplicationEnabled": Key("deduplication_enabled", _bool),
     "delayedDeliveryEnabled": Key("delayed_delivery_enabled", _bool),
+    "schemaCompatibilityStrategy": Key("schema_compatibility_strategy", _text),
+    "isAllowAutoUpdateSchemaEnabled": Key("is_allow_auto_update_schema", _bool),
+    "isSchemaValidationEnforced": Key("schema_validation_enforced", _bool),
     "subscriptionKeySharedConsistentHashingReplicaPoints": Key("subscription_key_shared_consistent_hashing_points", _int),
     "keySharedLookAheadMsgInReplayThresholdPerConsumer":
         Key("key_shared_look_ahead_msg_in_replay_threshold_per_consumer", _int),

@@ -34,11 +34,13 @@ from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.policy_watch import PolicyWatch
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.schemas.registry import SchemaRegistry
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
+from broker.subscriptions.reads_in_flight import ReadsInFlight
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -64,12 +66,14 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.schemas = SchemaRegistry(self)
         self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
+        self.reads_in_flight = ReadsInFlight(config.managed_ledger_max_reads_in_flight_size_mb * 1024 * 1024)
         self.publish_rate = broker_publish_throttle(config, lambda: [c for c in self.connections if c.producers])
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
@@ -334,6 +338,8 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         await topic.delete()
         self.topics.pop(str(name), None)
+        if name.partition_index < 0:  # a partition shares its parent's schema, deleted with the partitioned topic
+            await self.schemas.delete(name, force=True)
 
     async def unload_bundle(self, bundle_path: str) -> int:
         """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.

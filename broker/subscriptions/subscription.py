@@ -110,6 +110,7 @@ class Subscription:
                 self, batch, partition_index, failover=sub_type is SubscriptionType.Failover)
         self.dispatcher.max_read_bytes = config.dispatcher_max_read_size_bytes
         self.dispatcher.rate_limits = self.topic.rates.for_subscription(self.name)
+        self.dispatcher.reads_in_flight = getattr(self.topic.service, "reads_in_flight", None)
         self.type = sub_type
 
     async def remove_consumer(self, consumer: Consumer) -> None:

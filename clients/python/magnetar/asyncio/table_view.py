@@ -7,7 +7,8 @@ per key up to the compaction horizon) and then everything published after.
 as complete as the topic was when it was created); after that a task follows
 the topic. An empty value is a tombstone: it removes the key. Listeners see
 every update, tombstones included (with the empty value), on the client's
-event loop, in topic order.
+event loop, in topic order. With a schema the reader declares it and values
+are ``Message.value()`` (decoded against the writer's schema version).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class AsyncTableView:
             self._data.pop(key, None)
             value = data
         else:
-            value = self._schema.decode(data) if self._schema is not None else data
+            value = msg.value() if self._schema is not None else data  # the reader decodes with the schema
             self._data[key] = value
         for listener in list(self._listeners):
             try:
