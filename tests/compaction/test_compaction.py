@@ -208,3 +208,23 @@ def test_a_durable_compacted_consumer_acknowledges_rewritten_batches(client, api
     consumer = client.subscribe(topic, "durable-compacted", is_read_compacted=True)
     assert_nothing_more(consumer, within_ms=1000)
     consumer.close()
+
+
+def test_a_table_view_with_a_schema(client, api, topic):
+    """The conformance suite's TableView test_schema: values decoded with the view's schema."""
+    import importlib
+
+    schema = importlib.import_module(f"{api.__name__}.schema")
+    view = client.create_table_view(topic, schema=schema.StringSchema())
+    producer = client.create_producer(topic, schema=schema.StringSchema())
+    producer.send("value", partition_key="key")
+    from storage.testing.waiting import wait_until
+
+    wait_until(lambda: view.get("key") == "value", 10, "the table view to see the first value")
+    assert view.get("missed-key") is None
+    entries = {}
+    view.for_each(lambda k, v: entries.__setitem__(k, v))
+    assert entries == {"key": "value"}
+    producer.send("new-value", partition_key="key")
+    wait_until(lambda: view.get("key") == "new-value", 10, "the table view to see the update")
+    view.close()
