@@ -60,6 +60,10 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # Topic compaction (broker/compaction): bytes stored after a topic's compaction horizon that start a run
+    # (0 = off; the namespace's compaction_threshold overrides), and whether keyless messages survive a run.
+    broker_service_compaction_threshold_in_bytes: int = 0
+    topic_compaction_retain_null_key: bool = False
     dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
@@ -356,7 +360,8 @@ class BrokerConfig:
             if getattr(self, name) < -1:
                 raise ValueError(f"{name} must be >= -1 (-1 = no limit)")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
-                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
+                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription",
+                     "broker_service_compaction_threshold_in_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         self._validate_authentication()

@@ -241,6 +241,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "maxConsumersPerSubscription": Key("max_consumers_per_subscription", _int),
     "maxUnackedMessagesPerConsumer": Key("max_unacked_messages_per_consumer", _int),
     "maxUnackedMessagesPerSubscription": Key("max_unacked_messages_per_subscription", _int),
+    "brokerServiceCompactionThresholdInBytes": Key("broker_service_compaction_threshold_in_bytes", _int),
+    "topicCompactionRetainNullKey": Key("topic_compaction_retain_null_key", _bool),
     "dispatcherMaxReadBatchSize": Key("dispatcher_max_read_batch_size", _int),
     "dispatcherMaxReadSizeBytes": Key("dispatcher_max_read_size_bytes", _int),
     "brokerDeduplicationEnabled": Key("deduplication_enabled", _bool),

@@ -8,6 +8,7 @@ from broker.http import permissions
 from broker.http.admin import SERVICE, routes
 from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
+from broker.http.compaction import routes as compaction_routes
 from broker.http.policies import routes as policy_routes
 from broker.http.rate_policies import routes as rate_routes
 from broker.http.schemas import routes as schema_routes
@@ -25,6 +26,7 @@ def build_app(service) -> web.Application:
     app.add_routes(routes)
     app.add_routes(broker_routes)
     app.add_routes(cluster_routes)
+    app.add_routes(compaction_routes)
     return app
 
 

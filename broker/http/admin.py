@@ -266,6 +266,7 @@ _NS_FLAGS = {
     "maxConsumersPerSubscription": ("max_consumers_per_subscription", int),
     "maxUnackedMessagesPerConsumer": ("max_unacked_messages_per_consumer", int),
     "maxUnackedMessagesPerSubscription": ("max_unacked_messages_per_subscription", int),
+    "compactionThreshold": ("compaction_threshold", int),  # bytes after the compaction horizon
 }
 
 

@@ -138,6 +138,7 @@ class NamespacePolicies:
     max_consumers_per_subscription: int | None = None
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
+    compaction_threshold: int | None = None  # bytes after the compaction horizon that start a run; 0 = off
     auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
     # Schema policies (broker/schemas): a strategy name, None = the broker's default.
     schema_compatibility_strategy: str | None = None

@@ -21,6 +21,9 @@ from broker.errors import (
     BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
     SubscriptionNotFoundError, TopicFencedError, TopicTerminatedError, from_storage,
 )
+from broker.compaction.compactor import TopicCompaction
+from broker.compaction.model import CURSOR_NAME as COMPACTION_CURSOR
+from broker.compaction.view import plain_view, read_compacted as read_compacted_view
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
@@ -71,6 +74,7 @@ class PersistentTopic:
         self.msg_in = self.bytes_in = self.msg_out = self.bytes_out = 0
         self.last_batch_size = None  # messages in the last entry, known once read or written here
         self.created_ms = int(time.time() * 1000)
+        self.compaction = TopicCompaction(self)
         self.rates = TopicRates(self)  # publish and dispatch rates (broker/topics/throttling.py)
         self.closing_hooks: list = []  # called once when the topic closes (e.g. to stop watching its policies)
 
@@ -78,10 +82,11 @@ class PersistentTopic:
     async def load(cls, service, name: TopicName, ml, policies, topic_policies=None) -> "PersistentTopic":
         topic = cls(service, name, ml, policies, topic_policies)
         for cursor_name, cursor in list(ml.cursors.items()):
-            if cursor_name != DEDUP_CURSOR:
+            if cursor_name not in (DEDUP_CURSOR, COMPACTION_CURSOR):
                 topic.subscriptions[cursor_name] = Subscription(topic, cursor_name, cursor, durable=True)
         if topic.limit("deduplication_enabled"):
             await topic.dedup.enable(ml)
+        await topic.compaction.restore()
         return topic
 
     def limit(self, name: str):
@@ -230,6 +235,7 @@ class PersistentTopic:
         self.bytes_in += len(data)
         self.last_batch_size = num_messages
         await self.dedup.persisted_at(producer.name, max(sequence_id, highest_sequence_id), position)
+        self.compaction.after_publish()
         return position
 
     def fenced(self, exc: Exception) -> None:
@@ -241,11 +247,13 @@ class PersistentTopic:
 
     async def subscribe(self, consumer: Consumer, sub_name: str, sub_type: SubscriptionType, *, durable: bool,
                         initial_position: InitialPosition, start: Position | None = None,
-                        start_inclusive: bool = False) -> Subscription:
+                        start_inclusive: bool = False, read_compacted: bool = False) -> Subscription:
         self._check_open()
         self.last_active = time.monotonic()
-        if sub_name == DEDUP_CURSOR:
-            raise NotAllowedError(f"subscription name {DEDUP_CURSOR!r} is reserved")
+        if sub_name in (DEDUP_CURSOR, COMPACTION_CURSOR):
+            raise NotAllowedError(f"subscription name {sub_name!r} is reserved")
+        if read_compacted and sub_type not in (SubscriptionType.Exclusive, SubscriptionType.Failover):
+            raise NotAllowedError("read_compacted is only allowed on Exclusive and Failover subscriptions")
         limit = self.limit("max_consumers_per_topic")
         if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
             raise ConsumerBusyError(f"topic {self.name} reached its limit of {limit} consumers")
@@ -270,6 +278,10 @@ class PersistentTopic:
             raise ConsumerBusyError(f"subscription {sub_name} is durable; a reader cannot use its name")
         await sub.settled()
         self._check_open()
+        if read_compacted:
+            read_compacted_view(sub, self.compaction)
+        elif not sub.consumers:
+            plain_view(sub)  # the first consumer decides, as a subscription's type is decided
         sub.add_consumer(consumer, sub_type)
         return sub
 
@@ -278,6 +290,8 @@ class PersistentTopic:
         self._check_open()
         if sub_name in self.subscriptions:
             raise ConsumerBusyError(f"subscription {sub_name} already exists on {self.name}")
+        if sub_name in (DEDUP_CURSOR, COMPACTION_CURSOR):
+            raise NotAllowedError(f"subscription name {sub_name!r} is reserved")
         cursor = await self._guard(self.ml.open_cursor(sub_name, initial_position=initial_position))
         if start is not None:
             await self._guard(cursor.reset(start))
@@ -320,8 +334,13 @@ class PersistentTopic:
 
     # ---- queries ---------------------------------------------------------
 
-    async def last_message_id(self) -> tuple[Position, int]:
-        """The last stored message: (position, batch index) -- batch index -1 for a single message."""
+    async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:
+        """The last stored message: (position, batch index) -- batch index -1 for a single message. For a
+        ``compacted`` reader, the last message of the compacted view when nothing was stored after it."""
+        if compacted:
+            found = await self.compaction.last_message_id()
+            if found is not None:
+                return found
         last = self.ml.last_confirmed_entry
         if last.entry_id < 0:
             return last, -1
@@ -381,6 +400,7 @@ class PersistentTopic:
             "backlogSize": lifecycle.backlog_bytes(self, max((s.backlog for s in self.subscriptions.values()), default=0)),
             "backlogQuotaEnforcements": self.quota_enforcements,
             "topicEpoch": self.topic_epoch,
+            "compaction": self.compaction.stats(),
             **self.rates.stats(),
         }
 
@@ -404,6 +424,7 @@ class PersistentTopic:
                     "totalNonContiguousDeletedMessagesRange": c.individually_deleted_range_count,
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
+                    "properties": dict(c.properties),
                 }
                 for name, c in self.ml.cursors.items()
             },
@@ -444,6 +465,7 @@ class PersistentTopic:
             if task is not asyncio.current_task():
                 task.cancel()
         try:
+            await self.compaction.close()
             await self.ml.close()
         except (StorageError, BrokerError) as exc:
             log.warning("closing managed ledger of %s: %s", self.name, exc)
@@ -452,4 +474,5 @@ class PersistentTopic:
         if not force and (self.producers or any(s.consumers for s in self.subscriptions.values())):
             raise NotAllowedError(f"topic {self.name} has connected producers or consumers")
         await self.close(notify=force)
+        await self.compaction.delete_ledgers()
         await self._guard(self.ml.delete())
