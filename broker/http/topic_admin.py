@@ -30,7 +30,7 @@ from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
 from magnetar.compression import CompressionError, decompress
 from magnetar.protocol.frames import parse_headers_and_payload
-from storage.client.registry import parse_registration
+from storage.client.api import parse_registration
 from storage.errors import NoNodeError
 
 routes = web.RouteTableDef()
