@@ -190,6 +190,11 @@ class BookieShuttingDownError(BookieError):
     retriable = True
 
 
+@register(15)
+class BadRequestError(BookieError):
+    """A request field is outside its bound (BookKeeper's EBADREQ); the request is refused, the connection stays."""
+
+
 # ---- client side ---------------------------------------------------------
 
 
