@@ -65,6 +65,13 @@ class BrokerConfig:
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
+    # Pulsar's pulsarChannelWriteBuffer{High,Low}WaterMark and pulsarChannelPauseReceivingRequestsIfUnwritable:
+    # over the high mark of unsent reply bytes, a connection's requests are not read until the buffer is under the
+    # low mark, so a client that never reads its replies cannot grow the broker. Pulsar leaves the pause off by
+    # default; here it is on (invariant 9).
+    pulsar_channel_write_buffer_high_water_mark: int = 64 * 1024
+    pulsar_channel_write_buffer_low_water_mark: int = 32 * 1024
+    pulsar_channel_pause_receiving_requests_if_unwritable: bool = True
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -263,6 +270,10 @@ class BrokerConfig:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
+        if not 0 <= self.pulsar_channel_write_buffer_low_water_mark <= self.pulsar_channel_write_buffer_high_water_mark \
+                or self.pulsar_channel_write_buffer_high_water_mark < 1:
+            raise ValueError("need 0 <= pulsar_channel_write_buffer_low_water_mark <= "
+                             "pulsar_channel_write_buffer_high_water_mark, and the high mark >= 1")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_size_bytes < 1:
