@@ -257,6 +257,13 @@ class ReplicationError(LedgerClientError):
     retriable = True
 
 
+@register(210)
+class TooManyPendingAddsError(LedgerClientError):
+    """The ledger handle already has its maximum of adds in flight (BookKeeper's TooManyRequests)."""
+
+    retriable = True
+
+
 # ---- bookie start-up -----------------------------------------------------
 
 
