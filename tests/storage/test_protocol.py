@@ -153,3 +153,27 @@ def test_a_batch_read_asking_for_more_is_capped(first, last, max_bytes, capped):
     got = p.bounded(p.BatchReadRequest(3, 4, first, last, max_bytes), LIMITS)
     assert (got.rid, got.ledger_id) == (3, 4)
     assert (got.first_entry_id, got.last_entry_id, got.max_bytes) == capped
+
+
+_ANY_INT = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # every integer msgpack carries
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.builds(p.AddRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, st.binary(max_size=80), st.binary(max_size=8)),
+    st.builds(p.ReadRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, st.binary(max_size=80)),
+    st.builds(p.ReadLacRequest, _ANY_INT, _ANY_INT),
+    st.builds(p.BatchReadRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT),
+))
+def test_bounded_passes_only_requests_within_every_bound(request_):
+    """Whatever a decoder can produce, bounded() answers BadRequest or a request whose every field is in range."""
+    try:
+        got = p.bounded(request_, LIMITS)
+    except BadRequestError:
+        return
+    assert 0 <= got.rid <= p.MAX_ID and 0 <= got.ledger_id <= p.MAX_ID
+    if isinstance(got, p.BatchReadRequest):
+        assert 0 <= got.first_entry_id <= got.last_entry_id < got.first_entry_id + LIMITS.max_batch_read_entries
+        assert 1 <= got.max_bytes <= LIMITS.max_batch_read_bytes
+    elif isinstance(got, (p.AddRequest, p.ReadRequest)):
+        assert p.LAST_ENTRY <= got.entry_id <= p.MAX_ID and got.flags >= 0 and len(got.master_key) <= 64
