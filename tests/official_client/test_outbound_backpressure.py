@@ -64,7 +64,7 @@ def test_a_client_that_never_reads_its_replies_is_paused_not_buffered(raw, clien
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
         buffered = _metric(standalone, "pulsar_connection_write_buffer_max_bytes")
-        assert buffered < 1024 * 1024, f"{buffered:.0f} reply bytes buffered for a client that reads nothing"
+        assert buffered < 512 * 1024, f"{buffered:.0f} reply bytes buffered for a client that reads nothing"
 
     # Another client is served meanwhile.
     producer = client.create_producer(topic)
@@ -91,6 +91,6 @@ def test_a_client_that_never_reads_its_replies_is_paused_not_buffered(raw, clien
     reader.start()
     attacker.sock.settimeout(60)
     attacker.sock.sendall(flood[sent:] + encode_command(command(T.PING, ping=pb.CommandPing())))
-    reader.join(timeout=120)
+    reader.join(timeout=240)  # a deadline for a loaded machine; it takes ~15 s on an idle one
     assert done.is_set(), f"{len(replies)} of {SENDS} replies before the deadline"
     assert replies == list(range(SENDS))
