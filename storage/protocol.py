@@ -31,7 +31,7 @@ Field bounds: a well-formed request can still carry values no honest client
 sends. ``bounded(request, limits)`` is the one check of every field a client
 controls, run by the server before anything else: a value that cannot be
 right (a negative ledger id, a flag bit the op does not have, a master key
-longer than any digest, an empty or reversed range) raises
+longer than any digest, a reversed range) raises
 ``BadRequestError``, answered on that request alone (BookKeeper's EBADREQ;
 the connection stays). A quantity that is merely larger than the bookie will
 serve is capped, as BookKeeper caps a batch read's size at
@@ -212,11 +212,10 @@ def _id(request: Request, name: str, value: int, low: int = 0) -> None:
         raise _bad(request, f"{name} {value} is outside {low}..{MAX_ID}")
 
 
-def _key(request: Request, key: bytes, required: bool) -> None:
+def _key(request: Request, key: bytes) -> None:
+    # Only the length: a missing or wrong key of a possible length is the bookie's Unauthorized, not a bad request.
     if len(key) > MAX_MASTER_KEY_BYTES:
         raise _bad(request, f"master_key of {len(key)} bytes exceeds {MAX_MASTER_KEY_BYTES}")
-    if required and not key:
-        raise _bad(request, "master_key is empty")
 
 
 def _flags(request: Request, flags: int, allowed: int) -> None:
@@ -235,11 +234,11 @@ def bounded(request: Request, limits: RequestLimits) -> Request:
     if kind is AddRequest:
         _id(request, "entry_id", request.entry_id)
         _flags(request, request.flags, ADD_FLAGS)
-        _key(request, request.master_key, required=True)
+        _key(request, request.master_key)
     elif kind is ReadRequest:
         _id(request, "entry_id", request.entry_id, low=LAST_ENTRY)
         _flags(request, request.flags, READ_FLAGS)
-        _key(request, request.master_key, required=request.fence)
+        _key(request, request.master_key)
     elif kind is BatchReadRequest:
         _id(request, "first_entry_id", request.first_entry_id)
         _id(request, "last_entry_id", request.last_entry_id, low=request.first_entry_id)
