@@ -25,7 +25,9 @@ PENDING_SEND_BYTES = "unanswered send bytes"
 MAX_PENDING_ACK_IDS = 1000
 PENDING_ACKS = "unapplied acks"
 # Pulsar's pulsarChannelPauseReceivingRequestsIfUnwritable: replies not yet taken by the client are over the
-# connection's high-water mark. The frames already read wait too: each may add a reply.
+# connection's high-water mark. As in Pulsar, the frames already read are still handled (at most one read's
+# worth, so their replies are bounded too); holding them would bound a little tighter but also hold the ACKs
+# and FLOWs of a client that is merely slow to read.
 UNWRITABLE = "unsent replies over the high-water mark"
 
 
@@ -102,27 +104,22 @@ class CommandTasks:
 
     def ack_finished(self, ids: int) -> None:
         self.pending_ack_ids -= ids
-        if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2:
-            self._release_frames(PENDING_ACKS)
+        if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2 and PENDING_ACKS in self._paused_for:
+            self.resume_reading(PENDING_ACKS)
+            if not self.conn.closed:
+                asyncio.get_running_loop().call_soon(self.conn.handle_frames)  # the frames held meanwhile
 
     def unwritable(self) -> None:
         if self.conn.config.pulsar_channel_pause_receiving_requests_if_unwritable:
             self.pause_reading(UNWRITABLE)
 
     def writable(self) -> None:
-        self._release_frames(UNWRITABLE)
-
-    def _release_frames(self, reason: str) -> None:
-        if reason in self._paused_for:
-            self.resume_reading(reason)
-            if not self.conn.closed and not self.holding_frames:
-                asyncio.get_running_loop().call_soon(self.conn.handle_frames)  # the frames held meanwhile
+        self.resume_reading(UNWRITABLE)
 
     @property
     def holding_frames(self) -> bool:
-        """Frames already read wait too (the connection's next ACK may be in them, or their replies could not
-        be sent)."""
-        return PENDING_ACKS in self._paused_for or UNWRITABLE in self._paused_for
+        """Frames already read wait too (the connection's next ACK may be in them)."""
+        return PENDING_ACKS in self._paused_for
 
     def pause_reading(self, reason: str) -> None:
         """Stop reading this connection's socket for ``reason``; it reads again once no reason is left."""
