@@ -31,6 +31,12 @@ MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
 AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
+RATE_LIMIT_FIELDS = (
+    "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes",
+    "broker_publisher_throttling_max_message_rate", "broker_publisher_throttling_max_byte_rate",
+    "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
+    "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscription_in_byte",
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,21 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
+    # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
+    managed_ledger_max_reads_in_flight_size_mb: int = 256
+    # Rate limits (broker/topics/throttling.py): the defaults for topics whose namespace sets no publish-rate or
+    # dispatch-rate policy, per second; 0 or -1 = unlimited, as in Pulsar. The broker-wide publish rate counts
+    # every topic's SENDs together.
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
+    broker_publisher_throttling_max_message_rate: int = 0
+    broker_publisher_throttling_max_byte_rate: int = 0
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscription_in_byte: int = 0
+    dispatch_throttling_rate_relative_to_publish_rate: bool = False
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
     # Pulsar's pulsarChannelWriteBuffer{High,Low}WaterMark and pulsarChannelPauseReceivingRequestsIfUnwritable:
     # over the high mark of unsent reply bytes, a connection's requests are not read until the buffer is under the
@@ -72,6 +93,11 @@ class BrokerConfig:
     pulsar_channel_write_buffer_high_water_mark: int = 64 * 1024
     pulsar_channel_write_buffer_low_water_mark: int = 32 * 1024
     pulsar_channel_pause_receiving_requests_if_unwritable: bool = True
+    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
+    # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
+    # (broker/server/command_budget.py). 0 = unlimited.
+    max_control_commands_per_connection_per_s: float = 1000.0
+    max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     subscription_key_shared_consistent_hashing_points: int = 100
@@ -265,9 +291,16 @@ class BrokerConfig:
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
-                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic",
+                     "managed_ledger_max_reads_in_flight_size_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:
+            raise ValueError("max_control_commands_per_connection_per_s and max_wasted_commands_per_connection_per_s "
+                             "must be >= 0 (0 = unlimited)")
+        for name in RATE_LIMIT_FIELDS:
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (0 or -1 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
         if not 0 <= self.pulsar_channel_write_buffer_low_water_mark <= self.pulsar_channel_write_buffer_high_water_mark \

@@ -28,15 +28,18 @@ from broker.errors import (
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
+from broker.topics.throttling import broker_publish_throttle
 from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
+from broker.ownership.policy_watch import PolicyWatch
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
+from broker.subscriptions.reads_in_flight import ReadsInFlight
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -62,11 +65,14 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
+        self.reads_in_flight = ReadsInFlight(config.managed_ledger_max_reads_in_flight_size_mb * 1024 * 1024)
+        self.publish_rate = broker_publish_throttle(config, lambda: [c for c in self.connections if c.producers])
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
@@ -313,10 +319,12 @@ class BrokerService:
         with persistence_errors(f"opening topic {name} failed"):
             ml = await self.factory.open(name.managed_ledger_name, ml_config)
         try:
-            return await PersistentTopic.load(self, name, ml, policies)
+            topic = await PersistentTopic.load(self, name, ml, policies)
         except BaseException:
             await ml.close()
             raise
+        self.policy_watch.attach(topic)
+        return topic
 
     async def create_topic(self, name: TopicName) -> None:
         """Admin: create a non-partitioned topic (its managed ledger)."""
@@ -374,6 +382,7 @@ class BrokerService:
         for server in self._servers:
             server.close()
         self.authorization.close()
+        self.policy_watch.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here

@@ -27,6 +27,7 @@ from typing import Callable
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError, metadata_errors
 from broker.ownership.bundles import NamespaceBundles
 from broker.topics.names import check_segment
+from broker.topics.rate_limits import DISPATCH_RATE_FIELDS, PUBLISH_RATE_FIELDS, check_rate_map
 from magnetar.topic_name import NamespaceName, TopicName, encode_local_name
 from storage.errors import BadVersionError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
@@ -114,6 +115,13 @@ def empty_auth_policies() -> dict:
     return {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}
 
 
+_PULSAR_JSON_NAMES = {  # policies stored under Pulsar's own JSON names
+    "publish_max_message_rate": "publishMaxMessageRate",
+    "topic_dispatch_rate": "topicDispatchRate",
+    "subscription_dispatch_rate": "subscriptionDispatchRate",
+}
+
+
 @dataclass(frozen=True)
 class NamespacePolicies:
     """A namespace's policies; -1/None means "use the broker's default"."""
@@ -127,9 +135,20 @@ class NamespacePolicies:
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
     auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
+    # Rates per cluster name, {cluster: PublishRate or DispatchRate document} as Pulsar stores them
+    # (broker/http/rate_policies.py checks them, broker/topics/throttling.py applies them).
+    publish_max_message_rate: dict | None = None
+    topic_dispatch_rate: dict | None = None
+    subscription_dispatch_rate: dict | None = None
 
     def to_json(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if v is not None and not k.startswith("retention")}
+        out = {k: v for k, v in asdict(self).items()
+               if v is not None and not k.startswith("retention") and k not in _PULSAR_JSON_NAMES}
+        for attr, name in _PULSAR_JSON_NAMES.items():
+            if getattr(self, attr):
+                out[name] = getattr(self, attr)
+        if self.topic_dispatch_rate:  # Pulsar writes both (clusterDispatchRate is the older name)
+            out["clusterDispatchRate"] = self.topic_dispatch_rate
         if self.retention_time_minutes is not None or self.retention_size_mb is not None:
             out["retention_policies"] = {
                 "retentionTimeInMinutes": self.retention_time_minutes or 0,
@@ -140,7 +159,16 @@ class NamespacePolicies:
     @classmethod
     def from_json(cls, doc: dict) -> "NamespacePolicies":
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in doc.items() if k in known}
+        values = {k: v for k, v in doc.items() if k in known and k not in _PULSAR_JSON_NAMES}
+        if doc.get("topicDispatchRate") is None and doc.get("clusterDispatchRate") is not None:
+            doc = {**doc, "topicDispatchRate": doc["clusterDispatchRate"]}
+        for attr, name in _PULSAR_JSON_NAMES.items():
+            if doc.get(name) is not None:
+                shape = PUBLISH_RATE_FIELDS if attr == "publish_max_message_rate" else DISPATCH_RATE_FIELDS
+                try:
+                    values[attr] = check_rate_map(doc[name], shape, name)
+                except ValueError as exc:
+                    raise InvalidPoliciesError(str(exc)) from exc
         if values.get("auth_policies") is not None:
             values["auth_policies"] = normalize_auth_policies(values["auth_policies"])
         retention = doc.get("retention_policies")

@@ -213,6 +213,7 @@ def on_send(conn, frame) -> None:
     binding = conn.producers.get(c.producer_id)
 
     def error(exc: BrokerError) -> None:
+        conn.budget.wasted()
         conn.write(T.SEND_ERROR, send_error=pb.CommandSendError(
             producer_id=c.producer_id, sequence_id=c.sequence_id, error=exc.code, message=str(exc)))
 
@@ -238,6 +239,8 @@ def on_send(conn, frame) -> None:
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
     size = len(frame.headers_and_payload)
     conn.tasks.send_started(size)
+    topic.rates.on_send(conn, num_messages, size)  # publish rates: may pause this connection's reading
+    conn.service.publish_rate.on_send(conn, num_messages, size)
 
     async def run():
         try:
@@ -354,6 +357,10 @@ def on_ack(conn, frame) -> None:
     ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
+    pending, cursor = binding.consumer.pending, binding.subscription.cursor
+    invented = sum(1 for position, _, _ in ids if position not in pending and not cursor.exists(position))
+    if invented:
+        conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
     conn.tasks.ack_started(len(ids))
 
     async def run():

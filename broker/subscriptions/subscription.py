@@ -109,6 +109,8 @@ class Subscription:
             self.dispatcher = SingleActiveConsumerDispatcher(
                 self, batch, partition_index, failover=sub_type is SubscriptionType.Failover)
         self.dispatcher.max_read_bytes = config.dispatcher_max_read_size_bytes
+        self.dispatcher.rate_limits = self.topic.rates.for_subscription(self.name)
+        self.dispatcher.reads_in_flight = getattr(self.topic.service, "reads_in_flight", None)
         self.type = sub_type
 
     async def remove_consumer(self, consumer: Consumer) -> None:
@@ -243,9 +245,13 @@ class Subscription:
     # ---- stats -----------------------------------------------------------
 
     def record_out(self, entries) -> None:
+        messages = nbytes = 0
         for e in entries:
-            self.msg_out += e.num_messages
-            self.bytes_out += len(e.data)
+            messages += e.num_messages
+            nbytes += len(e.data)
+        self.msg_out += messages
+        self.bytes_out += nbytes
+        self.topic.rates.dispatched(self.name, messages, nbytes)
         self.topic.record_out(entries)
 
     @property

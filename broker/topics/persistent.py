@@ -26,6 +26,7 @@ from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
 from broker.topics.dedup import CURSOR_NAME as DEDUP_CURSOR, Deduplication, DupStatus
 from broker.topics.producer import AccessMode, Producer, Verdict, admit
+from broker.topics.throttling import TopicRates
 from magnetar.protocol.frames import parse_headers_and_payload
 from magnetar.topic_name import TopicName
 from storage.errors import StorageError
@@ -58,6 +59,8 @@ class PersistentTopic:
         self.msg_in = self.bytes_in = self.msg_out = self.bytes_out = 0
         self.last_batch_size = None  # messages in the last entry, known once read or written here
         self.created_ms = int(time.time() * 1000)
+        self.rates = TopicRates(self)  # publish and dispatch rates (broker/topics/throttling.py)
+        self.closing_hooks: list = []  # called once when the topic closes (e.g. to stop watching its policies)
 
     @classmethod
     async def load(cls, service, name: TopicName, ml, policies) -> "PersistentTopic":
@@ -73,6 +76,11 @@ class PersistentTopic:
         """A namespace policy if set, else the broker default."""
         value = getattr(self.policies, name, None)
         return getattr(self.config, name) if value is None else value
+
+    def apply_policies(self, policies) -> None:
+        """The namespace's policies changed: limits read from them apply from now on, rates at once."""
+        self.policies = policies
+        self.rates.apply(policies)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -219,6 +227,7 @@ class PersistentTopic:
         sub = self.subscriptions.pop(sub_name, None)
         if sub is None:
             return
+        self.rates.forget_subscription(sub_name)
         await sub.close(notify=True)
         if delete:
             await self._guard(self.ml.delete_cursor(sub_name))
@@ -299,6 +308,7 @@ class PersistentTopic:
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
             "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
             "topicEpoch": self.topic_epoch,
+            **self.rates.stats(),
         }
 
     def internal_stats(self) -> dict:
@@ -336,6 +346,9 @@ class PersistentTopic:
         if self.closed:
             return
         self.closed = True
+        self.rates.close()
+        for hook in self.closing_hooks:
+            hook()
         if self._publishing:
             # Let in-flight writes finish and their receipts go out before the producers are told to move,
             # so a graceful hand-off causes no resend (and no duplicate).

@@ -16,7 +16,7 @@ import pulsar
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import command, encode_command, encode_payload_command
 from storage.testing.waiting import wait_until
-from tests.official_client.support import receive_n
+from tests.official_client.support import RawConnection, receive_n
 
 T = pb.BaseCommand
 SENDS = 250_000  # ~10 MB of SEND frames; each is answered with a SEND_ERROR of about the same size
@@ -47,8 +47,14 @@ def _flood(sock, data: bytes, stalled_s: float = 2.0) -> int:
     return sent
 
 
-def test_a_client_that_never_reads_its_replies_is_paused_not_buffered(raw, client, topic, standalone):
-    attacker = raw()
+def test_a_client_that_never_reads_its_replies_is_paused_not_buffered(start_standalone, topic):
+    # The command budget would slow this flood of refused SENDs down on its own (broker/server/command_budget.py);
+    # off, what bounds the broker is the outbound pause alone.
+    standalone = start_standalone(env={"MAGNETAR_BROKER_MAX_WASTED_COMMANDS_PER_CONNECTION_PER_S": "0"})
+    client = pulsar.Client(standalone.service_url, operation_timeout_seconds=15,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    attacker = RawConnection(standalone.port)
+    attacker.connect()
     # What the kernel takes off the broker's hands is not the broker's memory; keep it small so the broker's own
     # buffer is what the test sees.
     attacker.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
@@ -94,3 +100,5 @@ def test_a_client_that_never_reads_its_replies_is_paused_not_buffered(raw, clien
     reader.join(timeout=240)  # a deadline for a loaded machine; it takes ~15 s on an idle one
     assert done.is_set(), f"{len(replies)} of {SENDS} replies before the deadline"
     assert replies == list(range(SENDS))
+    attacker.close()
+    client.close()
