@@ -100,6 +100,10 @@ class BrokerConfig:
     max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
+    # Schema registry defaults (broker/schemas); namespace policies override each.
+    schema_compatibility_strategy: str = "BACKWARD"
+    is_allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False  # refuse schema-less producers on a topic that has a schema
     subscription_key_shared_consistent_hashing_points: int = 100
     # Pulsar's keySharedLookAheadMsgInReplayThreshold*: how many entries a Key_Shared subscription may hold for
     # busy consumers while it reads on for the others (per consumer, and a cap for the subscription).
@@ -270,6 +274,14 @@ class BrokerConfig:
         check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
+        from broker.schemas.compatibility import parse_strategy
+
+        try:
+            strategy = parse_strategy(self.schema_compatibility_strategy)
+        except Exception as exc:  # the registry's InvalidSchemaError: a config error here
+            raise ValueError(f"schema_compatibility_strategy: {exc}") from None
+        if strategy is None:
+            raise ValueError("schema_compatibility_strategy must name a strategy, not UNDEFINED")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
             raise ValueError("allow_auto_topic_creation_type must be 'non-partitioned' or 'partitioned'")
         if self.default_num_partitions < 1:

@@ -249,6 +249,9 @@ PULSAR_KEYS: dict[str, Key] = {
     "dispatcherMaxReadSizeBytes": Key("dispatcher_max_read_size_bytes", _int),
     "brokerDeduplicationEnabled": Key("deduplication_enabled", _bool),
     "delayedDeliveryEnabled": Key("delayed_delivery_enabled", _bool),
+    "schemaCompatibilityStrategy": Key("schema_compatibility_strategy", _text),
+    "isAllowAutoUpdateSchemaEnabled": Key("is_allow_auto_update_schema", _bool),
+    "isSchemaValidationEnforced": Key("schema_validation_enforced", _bool),
     "subscriptionKeySharedConsistentHashingReplicaPoints": Key("subscription_key_shared_consistent_hashing_points", _int),
     "keySharedLookAheadMsgInReplayThresholdPerConsumer":
         Key("key_shared_look_ahead_msg_in_replay_threshold_per_consumer", _int),

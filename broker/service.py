@@ -34,6 +34,7 @@ from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
 from broker.ownership.policy_watch import PolicyWatch
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.schemas.registry import SchemaRegistry
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
@@ -65,6 +66,7 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.schemas = SchemaRegistry(self)
         self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
@@ -336,6 +338,8 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         await topic.delete()
         self.topics.pop(str(name), None)
+        if name.partition_index < 0:  # a partition shares its parent's schema, deleted with the partitioned topic
+            await self.schemas.delete(name, force=True)
 
     async def unload_bundle(self, bundle_path: str) -> int:
         """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.

@@ -9,12 +9,14 @@ from broker.http.admin import SERVICE, routes
 from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
 from broker.http.rate_policies import routes as rate_routes
+from broker.http.schemas import routes as schema_routes
 
 
 def build_app(service) -> web.Application:
     app = web.Application(middlewares=[_errors, authenticate, permissions.authorize])
     app[SERVICE] = service
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
+    app.add_routes(schema_routes)  # before admin's too: .../{ns}/schemaCompatibilityStrategy and the like
     app.add_routes(rate_routes)  # likewise .../{ns}/publishRate and the other rates
     app.add_routes(routes)
     app.add_routes(cluster_routes)

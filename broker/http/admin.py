@@ -352,6 +352,7 @@ async def delete_partitioned(request):
         if await service.factory.exists(topic.partition(i).managed_ledger_name):
             await service.delete_topic(topic.partition(i))
     await service.resources.delete_partitioned_topic(topic)
+    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
     return web.Response(status=204)
 
 

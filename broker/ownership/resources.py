@@ -135,6 +135,10 @@ class NamespacePolicies:
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
     auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
+    # Schema policies (broker/schemas): a strategy name, None = the broker's default.
+    schema_compatibility_strategy: str | None = None
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool | None = None
     # Rates per cluster name, {cluster: PublishRate or DispatchRate document} as Pulsar stores them
     # (broker/http/rate_policies.py checks them, broker/topics/throttling.py applies them).
     publish_max_message_rate: dict | None = None

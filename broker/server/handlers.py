@@ -18,7 +18,7 @@ from broker.errors import (
     TopicFencedError, UnsupportedVersionError,
 )
 from broker.security.authorization import Need, check, effective_role
-from broker.server import auth_handshake
+from broker.server import auth_handshake, schema_commands
 from broker.server.field_bounds import check_producer, check_subscribe
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
@@ -42,6 +42,7 @@ _producer_names = itertools.count()
 class ProducerBinding:
     producer: Producer
     topic: object
+    schema_version: int | None = None
 
 
 @dataclass
@@ -154,11 +155,8 @@ def on_get_topics_of_namespace(conn, frame) -> None:
     conn.tasks.spawn(run(), c.request_id)
 
 
-def on_get_schema(conn, frame) -> None:
-    c = frame.command.getSchema
-    # Topics carry no stored schema here: answer like Pulsar does for a topic without one.
-    conn.write(T.GET_SCHEMA_RESPONSE, getSchemaResponse=pb.CommandGetSchemaResponse(
-        request_id=c.request_id, error_code=pb.TopicNotFound, error_message=f"no schema stored for {c.topic}"))
+on_get_schema = schema_commands.on_get_schema
+on_get_or_create_schema = schema_commands.on_get_or_create_schema
 
 
 # ---- producers ---------------------------------------------------------------
@@ -171,9 +169,10 @@ def on_producer(conn, frame) -> None:
     check_producer(c)
     existing = conn.producers.get(c.producer_id)
     if existing is not None:  # a retry of a create that already succeeded
-        _producer_success(conn, c.request_id, existing.producer, existing.topic)
+        _producer_success(conn, c.request_id, existing.producer, existing.topic, existing.schema_version)
         return
     topic_name = parse_topic(c.topic)
+    schema = schema_commands.schema_of(c)
     mode = AccessMode(c.producer_access_mode) if c.HasField("producer_access_mode") else AccessMode.Shared
     name = c.producer_name if c.HasField("producer_name") and c.producer_name else \
         f"{conn.config.cluster_name}-{conn.config.broker_id}-{next(_producer_names)}"
@@ -182,27 +181,30 @@ def on_producer(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
+        schema_version = await conn.service.schemas.for_producer(topic_name, schema, topic.policies)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
             topic.remove_producer(producer)  # closed (and perhaps opened again) while we were creating it
             conn.session.abandon(c.request_id)
             return
-        conn.producers[c.producer_id] = ProducerBinding(producer, topic)
+        conn.producers[c.producer_id] = ProducerBinding(producer, topic, schema_version)
         conn.service.authorization.admitted(topic, checked_at)
         if wait is not None:
             conn.write(T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
                 request_id=c.request_id, producer_name=name, last_sequence_id=-1, producer_ready=False))
             await wait
-        _producer_success(conn, c.request_id, producer, topic)
+        _producer_success(conn, c.request_id, producer, topic, schema_version)
 
     conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
-def _producer_success(conn, request_id: int, producer: Producer, topic) -> None:
+def _producer_success(conn, request_id: int, producer: Producer, topic, schema_version: int | None) -> None:
     success = pb.CommandProducerSuccess(
         request_id=request_id, producer_name=producer.name,
         last_sequence_id=topic.dedup.last_sequence_id(producer.name), producer_ready=True,
     )
+    if schema_version is not None:
+        success.schema_version = schema_commands.encode_version(schema_version)
     if producer.access_mode.exclusive:
         success.topic_epoch = producer.epoch
     conn.write(T.PRODUCER_SUCCESS, producer_success=success)
@@ -310,6 +312,7 @@ def on_subscribe(conn, frame) -> None:
     durable = c.durable if c.HasField("durable") else True
     initial = InitialPosition.EARLIEST if c.initialPosition == pb.CommandSubscribe.Earliest else InitialPosition.LATEST
     start, inclusive = _start_position(c)
+    schema = schema_commands.schema_of(c)
     if c.HasField("start_message_id") and c.start_message_id.ledgerId >= 1 << 63:
         initial = InitialPosition.EARLIEST
     consumer = Consumer(
@@ -321,6 +324,7 @@ def on_subscribe(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
+        await conn.service.schemas.for_consumer(topic_name, schema, schema_commands.topic_is_idle(topic), topic.policies)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
                                     start=start, start_inclusive=inclusive)
         if conn.closed:
@@ -475,6 +479,7 @@ TABLE = {
     T.LOOKUP: on_lookup,
     T.GET_TOPICS_OF_NAMESPACE: on_get_topics_of_namespace,
     T.GET_SCHEMA: on_get_schema,
+    T.GET_OR_CREATE_SCHEMA: on_get_or_create_schema,
     T.PRODUCER: on_producer,
     T.SEND: on_send,
     T.CLOSE_PRODUCER: on_close_producer,

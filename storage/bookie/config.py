@@ -28,6 +28,7 @@ class BookieConfig:
     port: int = 3181
     http_port: int = 8000
     advertised_address: str | None = None  # host clients dial; default: host
+    advertised_port: int | None = None  # port clients dial (a forwarder in front of this bookie); default: port
     bookie_id: str | None = None  # default: "<advertised_address>:<port>"
     network_location: str = DEFAULT_NETWORK_LOCATION
     journal_dir: Path | None = None  # default: <data_dir>/journal
@@ -121,7 +122,7 @@ class BookieConfig:
         if self.advertised_address is None:
             object.__setattr__(self, "advertised_address", self.host)
         if self.bookie_id is None:
-            object.__setattr__(self, "bookie_id", f"{self.advertised_address}:{self.port}")
+            object.__setattr__(self, "bookie_id", f"{self.advertised_address}:{self.advertised_port or self.port}")
 
     @property
     def request_limits(self) -> RequestLimits:
@@ -139,6 +140,8 @@ class BookieConfig:
         parse_network_location(self.network_location)
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.advertised_port is not None and not 0 < self.advertised_port < 65536:
+            raise ValueError(f"advertised_port must be in 1..65535, got {self.advertised_port}")
         if not 0 <= self.http_port < 65536:
             raise ValueError(f"http_port must be in 0..65535, got {self.http_port}")
         if self.journal_max_group_wait_ms < 0:

@@ -45,6 +45,7 @@ import asyncio
 import hmac
 import logging
 from collections import OrderedDict, deque
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -223,6 +224,9 @@ class BookieServer:
         self._connections: set[BookieConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._stopping = False
+        # Called (on the loop) when an add finds the journal failed, so the service goes read-only now
+        # rather than at its next periodic disk check (writers would keep choosing it meanwhile).
+        self.on_journal_failure: Callable[[], None] | None = None
 
     @classmethod
     async def start(cls, bookie, store, config, registry) -> "BookieServer":
@@ -284,8 +288,13 @@ class BookieServer:
             await self.gate.check(request.ledger_id, request.recovery)
         if not self.bookie.knows_key(request.ledger_id):
             await self._check_first_key(request.ledger_id, request.master_key)
-        await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
-                                    request.recovery)
+        try:
+            await self.bookie.add_entry(request.ledger_id, request.entry_id, request.body, request.master_key,
+                                        request.recovery)
+        except StorageError:
+            if self.bookie.journal_failed is not None and self.on_journal_failure is not None:
+                self.on_journal_failure()
+            raise
         return p.AddResponse(request.rid, p.OK, request.ledger_id, request.entry_id)
 
     async def _check_first_key(self, ledger_id: int, key: bytes) -> None:

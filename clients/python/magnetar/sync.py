@@ -102,6 +102,10 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._async.get_topic_partitions(topic))
 
+    def get_schema_info(self, topic: str, version: int | None = None):
+        """The topic's schema (magnetar.schema.SchemaInfo), the latest or by version; TopicNotFound without one."""
+        return self._run(self._async.get_schema_info(topic, version))
+
     def close(self) -> None:
         """Close every producer (sending what they hold first) and consumer, then the connections."""
         if self._closed:
@@ -178,6 +182,8 @@ class Producer(_Facade):
         self._submit(content, None if callback is None else _Callback(callback), kwargs)
 
     def _submit(self, content, completion, options: dict) -> None:
+        if self._inner.schema is not None:
+            content = self._inner.schema.encode(content)
         if type(content) is not bytes:
             content = _as_bytes(content)
         if options and not options.keys() <= _SEND_OPTIONS:

@@ -87,9 +87,11 @@ class AsyncProducer:
                  batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
                  max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
                  initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0,
-                 chunking_enabled: bool = False, batching_type: int = 0):
+                 chunking_enabled: bool = False, batching_type: int = 0, schema=None):
         self.client = client
         self._topic = topic
+        self.schema = schema  # a magnetar.schema.Schema: values are encoded with it; None sends bytes as given
+        self.schema_version: bytes | None = None  # the broker's version of the schema, stamped on each message
         self._name = producer_name
         self._user_named = producer_name is not None
         self.batching = batching_enabled
@@ -138,12 +140,17 @@ class AsyncProducer:
             req.producer_name = self._name
         if self.topic_epoch is not None:
             req.topic_epoch = self.topic_epoch
+        declared = self.schema.schema_info().to_proto() if self.schema is not None else None
+        if declared is not None:
+            req.schema.CopyFrom(declared)
         try:
             success = await self.conn.request(T.PRODUCER, "producer", req)
         except BaseException:
             self.conn.producers.pop(self.producer_id, None)
             raise
         self._name = success.producer_name
+        self.schema_version = success.schema_version if success.HasField("schema_version") and success.schema_version \
+            else None
         if success.HasField("topic_epoch"):
             self.topic_epoch = success.topic_epoch
         if success.last_sequence_id >= self._next_seq:
@@ -214,6 +221,8 @@ class AsyncProducer:
         (callers that want to wait for room use ``await send(...)``). A send older than
         ``send_timeout_millis`` fails with Timeout.
         """
+        if self.schema is not None:
+            content = self.schema.encode(content)
         fut = asyncio.get_running_loop().create_future()
         self.enqueue(content, fut, **kwargs)
         return fut
@@ -323,7 +332,10 @@ class AsyncProducer:
             self._arm_timeouts(asyncio.get_running_loop())
 
     def _metadata(self, seq: int) -> pb.MessageMetadata:
-        return pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
+        md = pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
+        if self.schema_version is not None:
+            md.schema_version = self.schema_version
+        return md
 
     def _encode(self, md, payload: bytes) -> bytes:
         if self.compression is not CompressionType.NONE:
