@@ -60,6 +60,10 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # Topic compaction (broker/compaction): bytes stored after a topic's compaction horizon that start a run
+    # (0 = off; the namespace's compaction_threshold overrides), and whether keyless messages survive a run.
+    broker_service_compaction_threshold_in_bytes: int = 0
+    topic_compaction_retain_null_key: bool = False
     dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
@@ -99,6 +103,24 @@ class BrokerConfig:
     max_control_commands_per_connection_per_s: float = 1000.0
     max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
+    # Message lifecycle (broker/topics/lifecycle.py; docs/broker.md "Namespace policies and rate limits"). Pulsar's
+    # names and defaults, with seconds for its minutes: messageExpiryCheckIntervalInMinutes 5,
+    # backlogQuotaCheckIntervalInSeconds 60, ttlDurationDefaultInSeconds 0 (no TTL), backlogQuotaDefaultLimit*
+    # -1 (no quota), backlogQuotaDefaultRetentionPolicy producer_request_hold.
+    message_expiry_check_interval_s: float = 300.0
+    backlog_quota_check_interval_s: float = 60.0
+    ttl_duration_default_in_seconds: int = 0
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_second: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
+    # Pulsar deletes inactive topics by default (brokerDeleteInactiveTopicsEnabled=true); ours is off by default
+    # so no topic disappears under an operator who did not ask for it. Namespace and topic policies turn it on.
+    broker_delete_inactive_topics_enabled: bool = False
+    broker_delete_inactive_topics_frequency_s: float = 60.0
+    broker_delete_inactive_topics_max_inactive_duration_s: int = 60
+    broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    subscription_expiration_time_minutes: int = 0  # 0 = never
+    subscription_expiry_check_interval_s: float = 300.0  # subscriptionExpiryCheckIntervalInMinutes 5
     delayed_delivery_enabled: bool = True
     # Schema registry defaults (broker/schemas); namespace policies override each.
     schema_compatibility_strategy: str = "BACKWARD"
@@ -329,8 +351,28 @@ class BrokerConfig:
                      "key_shared_look_ahead_msg_in_replay_threshold_per_subscription"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        for name in ("message_expiry_check_interval_s", "backlog_quota_check_interval_s",
+                     "broker_delete_inactive_topics_frequency_s", "subscription_expiry_check_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.backlog_quota_default_retention_policy not in ("producer_request_hold", "producer_exception",
+                                                               "consumer_backlog_eviction"):
+            raise ValueError("backlog_quota_default_retention_policy must be producer_request_hold, "
+                             "producer_exception or consumer_backlog_eviction")
+        if self.broker_delete_inactive_topics_mode not in ("delete_when_no_subscriptions",
+                                                           "delete_when_subscriptions_caught_up"):
+            raise ValueError("broker_delete_inactive_topics_mode must be delete_when_no_subscriptions or "
+                             "delete_when_subscriptions_caught_up")
+        for name in ("ttl_duration_default_in_seconds", "subscription_expiration_time_minutes",
+                     "broker_delete_inactive_topics_max_inactive_duration_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in ("backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (-1 = no limit)")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
-                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
+                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription",
+                     "broker_service_compaction_threshold_in_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         self._validate_authentication()

@@ -20,7 +20,9 @@ address or waiting for the owner's session to expire.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 
 from broker.config import BrokerConfig
 from broker.errors import (
@@ -41,6 +43,8 @@ from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
 from broker.subscriptions.reads_in_flight import ReadsInFlight
+from broker.topics import lifecycle
+from broker.topics.lifecycle_policies import inactive_topic_deletable, subscription_expired
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -117,6 +121,13 @@ class BrokerService:
         for server in service._servers:
             await server.start_serving()
         service.spawn(service._maintain())
+        service.spawn(service._every(config.message_expiry_check_interval_s, "message expiry", lifecycle.expire_by_ttl))
+        service.spawn(service._every(config.backlog_quota_check_interval_s, "backlog quota",
+                                     lifecycle.enforce_backlog_quota))
+        service.spawn(service._every(config.subscription_expiry_check_interval_s, "subscription expiry",
+                                     service._expire_subscriptions))
+        service.spawn(service._every(config.broker_delete_inactive_topics_frequency_s, "inactive topics",
+                                     service._delete_if_inactive))
         service.spawn(service._report_load())
         service.load_manager = LoadManager(service)
         service.load_manager.start()
@@ -317,16 +328,20 @@ class BrokerService:
             if not partitioned_parent:
                 await self._check_topic_count(name, new_topics=1)
         policies = await self.resources.get_policies(name.namespace_name)
-        ml_config = self.config.managed_ledger_config(*_retention(policies))
+        topic_policies = await self.resources.get_topic_policies(name)
+        ml_config = self.managed_ledger_config_for(policies, topic_policies)
         with persistence_errors(f"opening topic {name} failed"):
             ml = await self.factory.open(name.managed_ledger_name, ml_config)
         try:
-            topic = await PersistentTopic.load(self, name, ml, policies)
+            topic = await PersistentTopic.load(self, name, ml, policies, topic_policies)
         except BaseException:
             await ml.close()
             raise
         self.policy_watch.attach(topic)
         return topic
+
+    def managed_ledger_config_for(self, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
+        return topic_ledger_config(self.config, policies, topic_policies)
 
     async def create_topic(self, name: TopicName) -> None:
         """Admin: create a non-partitioned topic (its managed ledger)."""
@@ -334,11 +349,14 @@ class BrokerService:
             raise ConflictError(f"topic {name} already exists")
         await self.get_topic(name, create=True, admin=True)
 
-    async def delete_topic(self, name: TopicName) -> None:
+    async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete a topic (its ledgers, cursors and own policies); ``force`` first disconnects its producers and
+        consumers, which otherwise make the deletion NotAllowed."""
         topic = await self.get_topic(name, create=False)
-        await topic.delete()
+        await topic.delete(force=force)
         self.topics.pop(str(name), None)
-        if name.partition_index < 0:  # a partition shares its parent's schema, deleted with the partitioned topic
+        if name.partition_index < 0:  # a partition shares its parent's policies and schema
+            await self.resources.delete_topic_policies(name)
             await self.schemas.delete(name, force=True)
 
     async def unload_bundle(self, bundle_path: str) -> int:
@@ -377,6 +395,41 @@ class BrokerService:
                     await topic.ml.trim()
                 except StorageError as exc:
                     log.warning("maintenance of %s: %s", topic.name, exc)
+
+    async def _every(self, interval_s: float, what: str, check) -> None:
+        """Run ``check(topic)`` on every loaded topic every ``interval_s``; a failure on one topic is logged."""
+        while True:
+            await asyncio.sleep(interval_s)  # a period, not synchronisation
+            for topic in list(self.topics.values()):
+                if topic.closed:
+                    continue
+                try:
+                    await check(topic)
+                except (BrokerError, StorageError) as exc:
+                    log.warning("%s check of %s: %s", what, topic.name, exc)
+
+    async def _expire_subscriptions(self, topic: PersistentTopic) -> None:
+        minutes = topic.limit("subscription_expiration_time_minutes")
+        now = time.monotonic()
+        for sub in list(topic.subscriptions.values()):
+            if sub.durable and subscription_expired(minutes, idle_s=now - sub.idle_since, has_consumers=bool(sub.consumers)):
+                log.info("subscription %s of %s expired (no consumer for %d min)", sub.name, topic.name, minutes)
+                await topic.remove_subscription(sub.name, delete=True)
+
+    async def _delete_if_inactive(self, topic: PersistentTopic) -> None:
+        policy = topic.limit("inactive_topic_policies")
+        if policy is None and self.config.broker_delete_inactive_topics_enabled:
+            policy = {"deleteWhileInactive": True,
+                      "maxInactiveDurationSeconds": self.config.broker_delete_inactive_topics_max_inactive_duration_s,
+                      "inactiveTopicDeleteMode": self.config.broker_delete_inactive_topics_mode}
+        if topic.name.partition_index >= 0:
+            return  # a partition goes with its partitioned topic, never alone
+        subs = list(topic.subscriptions.values())
+        if inactive_topic_deletable(policy, idle_s=time.monotonic() - topic.last_active,
+                                    has_producers=bool(topic.producers), has_consumers=any(s.consumers for s in subs),
+                                    subscriptions=len(subs), backlog=sum(s.backlog for s in subs)):
+            log.info("deleting inactive topic %s", topic.name)
+            await self.delete_topic(topic.name, force=True)
 
     # ---- shutdown ------------------------------------------------------------
 
@@ -423,9 +476,25 @@ async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple
     return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
 
 
-def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:
-    """Namespace retention (minutes, MB) as the managed ledger's (seconds, MB); None = broker default."""
+def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
+    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates) from its
+    own policies, else its namespace's, else the broker's."""
+    def pick(name):
+        value = getattr(topic_policies, name, None)
+        return getattr(policies, name, None) if value is None else value
+
+    ml_config = config.managed_ledger_config(*_retention(pick("retention_time_minutes"), pick("retention_size_mb")))
+    persistence = pick("persistence")
+    if persistence:
+        ml_config = dataclasses.replace(ml_config, ensemble_size=persistence["bookkeeperEnsemble"],
+                                        write_quorum_size=persistence["bookkeeperWriteQuorum"],
+                                        ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
+    return ml_config
+
+
+def _retention(minutes: int | None, size_mb: int | None) -> tuple[int | None, int | None]:
+    """Retention (minutes, MB) as the managed ledger's (seconds, MB); None = broker default."""
     seconds = None
-    if policies.retention_time_minutes is not None:
-        seconds = -1 if policies.retention_time_minutes < 0 else policies.retention_time_minutes * 60
-    return seconds, policies.retention_size_mb
+    if minutes is not None:
+        seconds = -1 if minutes < 0 else minutes * 60
+    return seconds, size_mb

@@ -326,7 +326,7 @@ def on_subscribe(conn, frame) -> None:
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
         await conn.service.schemas.for_consumer(topic_name, schema, schema_commands.topic_is_idle(topic), topic.policies)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
-                                    start=start, start_inclusive=inclusive)
+                                    start=start, start_inclusive=inclusive, read_compacted=c.read_compacted)
         if conn.closed:
             await sub.remove_consumer(consumer)
             return
@@ -447,7 +447,8 @@ def on_get_last_message_id(conn, frame) -> None:
     binding = _binding(conn, c.consumer_id)
 
     async def run():
-        position, batch_index = await binding.topic.last_message_id()
+        compacted = getattr(binding.subscription.cursor, "reads_compacted", False)
+        position, batch_index = await binding.topic.last_message_id(compacted=compacted)
         partition = binding.consumer.partition_index
         last = pb.MessageIdData(ledgerId=position.ledger_id & ((1 << 64) - 1), entryId=position.entry_id & ((1 << 64) - 1),
                                 partition=partition, batch_index=batch_index)

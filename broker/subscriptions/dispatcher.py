@@ -195,6 +195,9 @@ class Dispatcher(abc.ABC):
         dropped by the cancelled loop: a consumer of the shedding test lost exactly one batch that way.)
         """
         if not self.cursor.has_more_entries():
+            if self.subscription.topic.terminated:  # all of a terminated topic was read: nothing more will come
+                for consumer in self.consumers:
+                    consumer.reached_end_of_topic()
             arrived = asyncio.ensure_future(self.cursor.wait_for_entries())
             woken = asyncio.ensure_future(self._wakeup.wait())
             try:

@@ -321,6 +321,23 @@ def _tls(r: dict) -> list[str]:
             _reproduce("tls"), ""]
 
 
+def _compaction(r: dict) -> list[str]:
+    if "compaction_msg_per_s" not in r:
+        return []
+    c = r["config"]
+    return ["## Compaction", "",
+            f"A topic of {c['messages']:,} messages ({c['value_bytes']} B values over {c['keys']:,} keys, batched) "
+            "read from the earliest message without `read_compacted` (the reference), compacted by one run over "
+            f"REST, then read through the compacted view; medians over {c['rounds']} rounds, ratios the median of "
+            "the rounds' ratios.", "",
+            *_table(["measure", "msg/s", "vs catch-up"], [
+                ["catch-up read (reference)", _n(r["catchup_msg_per_s"]), "1.00"],
+                ["compaction run (broker's run time)", _n(r["compaction_msg_per_s"]), f"{r['compaction_to_catchup']:.2f}"],
+                ["compacted read", _n(r["compacted_read_msg_per_s"]), f"{r['compacted_read_to_catchup']:.2f}"]]),
+            f"A complete table (latest value per key) takes {r['table_time_speedup']:.0f}x less time through the "
+            "compacted view than by catching up.", _reproduce("compaction"), ""]
+
+
 HOSTILE_ATTACKS = {
     "ack_bomb": "ACK bomb: `ack_set` against `batch_size` 2^31-1, 1,000 ids per ACK, back to back",
     "poison_batch": "poison batch count: SEND with `num_messages` / `num_messages_in_batch` 2^31-1, back to back",
@@ -391,7 +408,7 @@ def write_report(doc: dict, directory: str | Path, command: str) -> Path:
              *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
              *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
              *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})),
-             *_hostile(r.get("hostile", {})), "", *NOTES]
+             *_hostile(r.get("hostile", {})), *_compaction(r.get("compaction", {})), "", *NOTES]
     path = directory / "BENCHMARKS.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

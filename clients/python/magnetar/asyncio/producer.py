@@ -221,7 +221,7 @@ class AsyncProducer:
         (callers that want to wait for room use ``await send(...)``). A send older than
         ``send_timeout_millis`` fails with Timeout.
         """
-        if self.schema is not None:
+        if self.schema is not None and content is not None:  # None: a tombstone, with or without a schema
             content = self.schema.encode(content)
         fut = asyncio.get_running_loop().create_future()
         self.enqueue(content, fut, **kwargs)
@@ -232,7 +232,10 @@ class AsyncProducer:
         """``send_async`` with the caller's own completion (see ``_Send``; None when nobody waits). Raises as it."""
         if self.closed:
             raise AlreadyClosed(f"producer on {self._topic} is closed")
-        if type(content) is not bytes:
+        null_value = content is None  # a tombstone for compaction: no value at all, not an empty one
+        if null_value:
+            content = b""
+        elif type(content) is not bytes:
             content = bytes(content)
         size = len(content)
         if size > self.client.max_message_size and not self.chunking:
@@ -253,11 +256,14 @@ class AsyncProducer:
             deliver_at_ms = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
         elif deliver_at is not None:
             deliver_at_ms = int(deliver_at)
-        keyed = properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
+        keyed = (properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
+                 or null_value)
         if self.batching and deliver_at_ms is None:
             key = None
             if keyed:
                 smm = pb.SingleMessageMetadata(payload_size=size, sequence_id=seq)
+                if null_value:
+                    smm.null_value = True
                 _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
                       event_timestamp=event_timestamp)
                 header = batch_message_header(smm)
@@ -287,6 +293,8 @@ class AsyncProducer:
                   event_timestamp=event_timestamp)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
+            if null_value:
+                md.null_value = True
             if size > self.client.max_message_size:
                 self._enqueue_chunks(md, content, completion)
             else:
