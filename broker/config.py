@@ -90,6 +90,13 @@ class BrokerConfig:
     dispatch_throttling_rate_per_subscription_in_byte: int = 0
     dispatch_throttling_rate_relative_to_publish_rate: bool = False
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
+    # Pulsar's pulsarChannelWriteBuffer{High,Low}WaterMark and pulsarChannelPauseReceivingRequestsIfUnwritable:
+    # over the high mark of unsent reply bytes, a connection's requests are not read until the buffer is under the
+    # low mark, so a client that never reads its replies cannot grow the broker. Pulsar leaves the pause off by
+    # default; here it is on (invariant 9).
+    pulsar_channel_write_buffer_high_water_mark: int = 64 * 1024
+    pulsar_channel_write_buffer_low_water_mark: int = 32 * 1024
+    pulsar_channel_pause_receiving_requests_if_unwritable: bool = True
     # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
     # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
     # (broker/server/command_budget.py). 0 = unlimited.
@@ -330,6 +337,10 @@ class BrokerConfig:
                 raise ValueError(f"{name} must be >= -1 (0 or -1 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
+        if not 0 <= self.pulsar_channel_write_buffer_low_water_mark <= self.pulsar_channel_write_buffer_high_water_mark \
+                or self.pulsar_channel_write_buffer_high_water_mark < 1:
+            raise ValueError("need 0 <= pulsar_channel_write_buffer_low_water_mark <= "
+                             "pulsar_channel_write_buffer_high_water_mark, and the high mark >= 1")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_size_bytes < 1:

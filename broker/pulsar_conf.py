@@ -226,6 +226,10 @@ PULSAR_KEYS: dict[str, Key] = {
     "maxNumPartitionsPerPartitionedTopic": Key("max_num_partitions_per_partitioned_topic", _int),
     "brokerMaxConnectionsPerIp": Key("broker_max_connections_per_ip", _int),
     "maxMessagePublishBufferSizeInMB": Key("max_message_publish_buffer_size_mb", _int),
+    "pulsarChannelWriteBufferHighWaterMark": Key("pulsar_channel_write_buffer_high_water_mark", _int),
+    "pulsarChannelWriteBufferLowWaterMark": Key("pulsar_channel_write_buffer_low_water_mark", _int),
+    "pulsarChannelPauseReceivingRequestsIfUnwritable": Key("pulsar_channel_pause_receiving_requests_if_unwritable",
+                                                           _bool),
     "managedLedgerMaxReadsInFlightSizeInMB": Key("managed_ledger_max_reads_in_flight_size_mb", _int),
     "maxConsumersPerTopic": Key("max_consumers_per_topic", _int),
     # -- rate limits (per second; 0 = unlimited)

@@ -68,6 +68,8 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=self.config.pulsar_channel_write_buffer_high_water_mark,
+                                          low=self.config.pulsar_channel_write_buffer_low_water_mark)
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         refusal = self.service.connection_limits.admit(self._ip)
@@ -138,9 +140,11 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        self.tasks.unwritable()
 
     def resume_writing(self) -> None:
         self.writable = True
+        self.tasks.writable()
         for binding in list(self.consumers.values()):
             binding.subscription.dispatcher.wake()
 

@@ -1,5 +1,5 @@
 """The asynchronous parts of one connection's commands, and the reasons its reading is paused (unanswered sends,
-the broker-wide publish buffer: broker.server.limits)."""
+unapplied acks, replies the client has not read, the broker-wide publish buffer: broker.server.limits)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ PENDING_SEND_BYTES = "unanswered send bytes"
 # of the clients (ackGroupingMaxSize, 1,000 ids) may be in flight.
 MAX_PENDING_ACK_IDS = 1000
 PENDING_ACKS = "unapplied acks"
+# Pulsar's pulsarChannelPauseReceivingRequestsIfUnwritable: replies not yet taken by the client are over the
+# connection's high-water mark. As in Pulsar, the frames already read are still handled (at most one read's
+# worth, so their replies are bounded too); holding them would bound a little tighter but also hold the ACKs
+# and FLOWs of a client that is merely slow to read.
+UNWRITABLE = "unsent replies over the high-water mark"
 
 
 class CommandTasks:
@@ -105,6 +110,13 @@ class CommandTasks:
         self.pending_ack_ids -= ids
         if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2:
             self.resume_reading(PENDING_ACKS)
+
+    def unwritable(self) -> None:
+        if self.conn.config.pulsar_channel_pause_receiving_requests_if_unwritable:
+            self.pause_reading(UNWRITABLE)
+
+    def writable(self) -> None:
+        self.resume_reading(UNWRITABLE)
 
     @property
     def holding_frames(self) -> bool:
