@@ -213,10 +213,16 @@ class BrokerProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    stream_port: int = field(default_factory=free_port)  # never the default 4181: brokers run side by side
 
     @property
     def name(self) -> str:
         return f"broker 127.0.0.1:{self.port}"
+
+    @property
+    def stream_address(self) -> str:
+        """host:port of its Stream API (gRPC)."""
+        return f"127.0.0.1:{self.stream_port}"
 
     @property
     def service_url(self) -> str:
@@ -235,7 +241,8 @@ class BrokerProcess(ServiceProcess):
         return f"{self.web_url}/health"
 
     def command(self) -> list[str]:
-        common = ["--port", str(self.port), "--http-port", str(self.http_port), *self.extra_args]
+        common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
+                  *self.extra_args]
         if self.metadata_url is not None:
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
