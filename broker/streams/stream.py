@@ -158,11 +158,15 @@ class LogStream:
         async with self._writer_lock:
             self._check_open()
             epoch = self.writer_epoch + 1
-            await self._write_doc({**self.doc, "writer_epoch": epoch, "next_sequence_floor": self.next_sequence})
+            await self._write_doc({**self.doc, "writer_epoch": epoch})
             self.writer_epoch = epoch  # from here on the old writer's appends are refused
             old, self.ml = self.ml, await self._open_ml()
             old.fence(ManagedLedgerFencedError(f"writer epoch {epoch} opened"))
             await old.close()
+            # The old writer's appends that failed gave up their sequence numbers: count again from what the
+            # recovered ledger holds, so sequence numbers stay without gaps.
+            self.next_sequence, self.last_position = int(self.doc.get("next_sequence_floor", 0)), None
+            await self._recover_sequence()
             return epoch
 
     def append(self, epoch: int, records: list[bytes]) -> tuple[asyncio.Future, int]:
@@ -300,12 +304,22 @@ class LogStream:
 
     async def tail(self, start: StreamPosition, max_records: int) -> AsyncIterator[list[StreamRecord]]:
         """Batches of records from ``start`` on, in order and without gaps, waiting for new ones at the end (a
-        long poll on the last add confirmed). Raises PositionTruncated if retention overtakes the reader."""
+        long poll on the last add confirmed). Raises PositionTruncated if retention or truncation overtakes the
+        reader: ledgers may vanish from under it, and only the sequence numbers tell whether they held records
+        (a writer's open drops an empty ledger) or not."""
         position = start
+        expected = self.next_sequence if start >= self.next_position() else None  # the next record's sequence
+        jumped = False
         while True:
             self._check_open()
             ml = self.ml
-            self.check_readable(position)
+            point = self.truncated_before
+            if point is not None and position < point:
+                raise StreamApiError("PositionTruncated", f"{self.ns}/{self.name}: the reader's position "
+                                     f"{tuple(position)} was truncated (before {tuple(point)})")
+            first = StreamPosition(*ml.first_position, 0)
+            if position < first:
+                position, jumped = first, True
             entry = ml.normalize(position.entry)
             if entry != position.entry:
                 position = StreamPosition(*entry, 0)
@@ -320,8 +334,7 @@ class LogStream:
                 wanted.append(after)
             entries = await self._read(wanted)
             if [e.position for e in entries[:1]] != [entry]:
-                self.check_readable(position)  # removed between the check and the read
-                raise StreamApiError("StreamUnavailable", f"{self.ns}/{self.name}: entry {entry} could not be read")
+                continue  # removed between the check and the read: the checks above decide
             batch: list[StreamRecord] = []
             size = 0
             for e in entries:
@@ -336,6 +349,10 @@ class LogStream:
                 if size >= MAX_BATCH_BYTES or len(batch) >= max_records:
                     break
             if batch:
+                if jumped and batch[0].sequence != expected:
+                    raise StreamApiError("PositionTruncated", f"{self.ns}/{self.name}: records {expected}.."
+                                         f"{batch[0].sequence - 1} were deleted by retention before this reader got them")
+                jumped, expected = False, batch[-1].sequence + 1
                 yield batch
 
     async def _wait(self, ml: ManagedLedger, entry: Position) -> None:
