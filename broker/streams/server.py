@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_APPENDS_IN_FLIGHT = 1000  # per writer
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a gRPC message: an append of a max-size entry, or a read batch, fits
+MAX_CONCURRENT_RPCS = 10_000  # writers, readers and calls at once; beyond it RESOURCE_EXHAUSTED (TooManyRequests)
 
 
 def _position(p: StreamPosition | None) -> pb.Position | None:
@@ -253,7 +254,7 @@ class StreamServer:
     @classmethod
     async def start(cls, broker) -> "StreamServer":
         config = broker.config
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        server = grpc.aio.server(maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS, options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.so_reuseport", 0)])
         try:
