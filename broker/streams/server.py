@@ -107,10 +107,13 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def CreateStream(self, request, context):
         async def work():
-            await self.service.create_stream(request.namespace, request.stream,
-                                             request.rolling if request.HasField("rolling") else None,
-                                             request.retention if request.HasField("retention") else None)
-            return await self._info(request.namespace, request.stream, context)
+            # Any broker creates the document; answering with positions would need the owner, and a client that
+            # followed a redirect would then create it twice. So: names and effective policies only.
+            ns, name = await self.service.create_stream(request.namespace, request.stream,
+                                                        request.rolling if request.HasField("rolling") else None,
+                                                        request.retention if request.HasField("retention") else None)
+            policies = await self.service.stream_policies(ns, name)
+            return pb.StreamInfo(namespace=str(ns), stream=name, policies=policies.to_pb())
         return await self._answer(context, work())
 
     async def DeleteStream(self, request, context):
@@ -210,8 +213,9 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
             if not 1 <= max_records <= MAX_RECORDS_PER_BATCH:
                 raise invalid(f"max_records_per_batch must be in 1..{MAX_RECORDS_PER_BATCH}, got {max_records}")
             start = await self._start(stream, request)
+            batches = stream.tail(start, max_records)  # its start is fixed here, before anything else can run
             await context.send_initial_metadata((("magnetar-stream-start", "ok"),))  # the client's open succeeded
-            async for batch in stream.tail(start, max_records):
+            async for batch in batches:
                 yield pb.ReadBatch(records=[
                     pb.Record(position=_position(r.position), sequence=r.sequence, data=r.data,
                               publish_time_s=r.publish_time_ms / 1000) for r in batch])

@@ -123,6 +123,14 @@ class StreamService:
             raise StreamApiError("StreamExists", f"stream {ns}/{stream} already exists") from exc
         return ns, stream
 
+    async def stream_policies(self, ns: NamespaceName, stream: str) -> Policies:
+        """A stream's effective policies, read from the metadata store (no need to own it)."""
+        try:
+            data, _ = await self.store.get(stream_path(ns, stream))
+        except NoNodeError as exc:
+            raise StreamApiError("StreamNotFound", f"stream {ns}/{stream} does not exist") from exc
+        return (await self.namespace_policies(ns)).with_overrides(load(data).get("overrides", {}))
+
     async def list_streams(self, name: str) -> list[str]:
         ns = parse_namespace(name)
         await self.namespace_policies(ns)

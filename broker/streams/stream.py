@@ -302,13 +302,18 @@ class LogStream:
 
     # ---- reading ---------------------------------------------------------------------
 
-    async def tail(self, start: StreamPosition, max_records: int) -> AsyncIterator[list[StreamRecord]]:
+    def tail(self, start: StreamPosition, max_records: int) -> AsyncIterator[list[StreamRecord]]:
         """Batches of records from ``start`` on, in order and without gaps, waiting for new ones at the end (a
         long poll on the last add confirmed). Raises PositionTruncated if retention or truncation overtakes the
         reader: ledgers may vanish from under it, and only the sequence numbers tell whether they held records
         (a writer's open drops an empty ledger) or not."""
-        position = start
+        # Decided now, not when the iteration starts: a writer opening meanwhile drops the empty ledger at the end.
         expected = self.next_sequence if start >= self.next_position() else None  # the next record's sequence
+        return self._tail(start, max_records, expected)
+
+    async def _tail(self, start: StreamPosition, max_records: int,
+                    expected: int | None) -> AsyncIterator[list[StreamRecord]]:
+        position = start
         jumped = False
         while True:
             self._check_open()
@@ -350,8 +355,9 @@ class LogStream:
                     break
             if batch:
                 if jumped and batch[0].sequence != expected:
-                    raise StreamApiError("PositionTruncated", f"{self.ns}/{self.name}: records {expected}.."
-                                         f"{batch[0].sequence - 1} were deleted by retention before this reader got them")
+                    lost = f"{expected}..{batch[0].sequence - 1}" if expected is not None else f"before {batch[0].sequence}"
+                    raise StreamApiError("PositionTruncated", f"{self.ns}/{self.name}: records {lost} were deleted by "
+                                         "retention before this reader got them")
                 jumped, expected = False, batch[-1].sequence + 1
                 yield batch
 

@@ -231,7 +231,8 @@ class StreamClient:
         request = pb.CreateStreamRequest(
             namespace=namespace, stream=name, rolling=_rolling(rolling_max_entries, rolling_max_bytes, rolling_max_age_s),
             retention=_retention(retention_time_s, retention_size_bytes))
-        return StreamInfo.from_pb(await self._unary("CreateStream", request, (namespace, name)))
+        await self._unary("CreateStream", request)  # any broker creates it: never redirected, never repeated
+        return await self.get_info(namespace, name)
 
     async def delete_stream(self, namespace: str, name: str) -> None:
         await self._unary("DeleteStream", pb.StreamRequest(namespace=namespace, stream=name), (namespace, name))

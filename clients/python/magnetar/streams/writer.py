@@ -78,7 +78,10 @@ class StreamWriter:
                     await self._call.write(pb.WriteRequest(append=pb.AppendRequest(request_id=self._request_id,
                                                                                    records=records)))
                 except (grpc.RpcError, asyncio.InvalidStateError) as exc:
-                    self._fail(StreamUnavailable(f"the write stream is closed: {exc}"))
+                    # The broker ended the stream: the status it ended with (WriterFenced, ...) is the answer,
+                    # and the response reader is about to see it.
+                    await asyncio.wait([self._responses], timeout=self.client.timeout_s)
+                    self._fail(StreamUnavailable(f"the write stream is closed: {type(exc).__name__}"))
             first, count = await future
         finally:
             self._slots.release()
