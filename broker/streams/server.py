@@ -21,12 +21,12 @@ import grpc
 
 from broker.errors import BrokerError
 from broker.streams.errors import StreamApiError, invalid
-from broker.streams.policies import namespace_policies_from_pb
+from broker.streams.policies import namespace_policies_from_pb, parse_namespace
 from broker.streams.service import StreamService
 from broker.streams.stream import DEFAULT_RECORDS_PER_BATCH, MAX_RECORDS_PER_BATCH, StreamPosition
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams import stream_api_pb2_grpc as pb_grpc
-from magnetar.streams.errors import AUTHORITATIVE_KEY, ERROR_KEY, REDIRECT_KEY
+from magnetar.streams.errors import AUTHORITATIVE_KEY, trailing_metadata
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,7 @@ async def _abort(context, exc: BaseException):
     error = _stream_error(exc)
     if not isinstance(exc, StreamApiError):
         log.warning("stream API: %s", error)
-    metadata = [(ERROR_KEY, error.code_name)]
-    if error.redirect:
-        metadata.append((REDIRECT_KEY, error.redirect))
-    await context.abort(error.status, str(error), trailing_metadata=tuple(metadata))
+    await context.abort(error.status, str(error), trailing_metadata=trailing_metadata(error))
 
 
 def _authoritative(context) -> bool:
@@ -87,7 +84,6 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def GetNamespace(self, request, context):
         async def work():
-            from broker.streams.policies import parse_namespace
             ns = parse_namespace(request.namespace)
             return pb.NamespaceInfo(namespace=str(ns), policies=(await self.service.namespace_policies(ns)).to_pb())
         return await self._answer(context, work())

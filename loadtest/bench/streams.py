@@ -73,7 +73,7 @@ async def _stream_round(address: str, sizes: dict, tag: str) -> dict:
 
         await client.create_stream(ns, "latency")
         writer = await client.open_writer(ns, "latency")
-        reader = client.open_reader(ns, "latency", LATEST)
+        reader = await client.open_reader(ns, "latency", LATEST).open()
         pending = asyncio.ensure_future(reader.read_batch())
         await writer.append(body)
         await pending

@@ -35,7 +35,7 @@ async def test_a_tailing_reader_sees_ten_thousand_batched_records_in_order_and_a
     async with StreamClient(standalone.stream_address) as client:
         await client.create_namespace(ns)
         await client.create_stream(ns, name)
-        reader = client.open_reader(ns, name, EARLIEST)
+        reader = await client.open_reader(ns, name, EARLIEST).open()  # tailing the empty stream from here on
         received: list = []
         seen = asyncio.Event()
 
@@ -146,7 +146,7 @@ async def test_a_reader_at_latest_sees_only_new_records(standalone, names):
         await client.create_stream(ns, name)
         writer = await client.open_writer(ns, name)
         await writer.append_batch([b"old-1", b"old-2"])
-        reader = client.open_reader(ns, name, LATEST)
+        reader = await client.open_reader(ns, name, LATEST).open()
         pending = asyncio.ensure_future(reader.read_batch())
         await writer.append(b"new")
         batch = await asyncio.wait_for(pending, 10)

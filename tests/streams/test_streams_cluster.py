@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from magnetar.streams import EARLIEST, Position, StreamClient, StreamUnavailable, WriterFenced
+from magnetar.streams import EARLIEST, StreamClient, StreamUnavailable, WriterFenced
 from storage.client import ClientConfig, LedgerClient
-from storage.errors import NoSuchEntryError, NoSuchLedgerError, StorageError
+from storage.errors import NoSuchEntryError, NoSuchLedgerError
 from storage.testing.processes import BrokerProcess
 from storage.testing.waiting import wait_until_async
 

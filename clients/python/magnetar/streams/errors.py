@@ -102,8 +102,9 @@ class TooManyRequests(StreamError):
     """A bound was reached (appends in flight, readers); back off and try again."""
 
 
-def trailing_metadata(error: StreamError) -> tuple[tuple[str, str], ...]:
-    """What the broker sends with ``error``'s status."""
+def trailing_metadata(error) -> tuple[tuple[str, str], ...]:
+    """What the broker sends with ``error``'s status: any error with this table's ``code_name`` (and a
+    ``redirect`` for NotOwner), the client's classes or the broker's StreamApiError."""
     items = [(ERROR_KEY, error.code_name)]
     redirect = getattr(error, "redirect", None)
     if redirect:

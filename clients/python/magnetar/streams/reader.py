@@ -48,6 +48,13 @@ class StreamReader:
             request.sequence = self._start
         return request
 
+    async def open(self) -> "StreamReader":
+        """Open the read now (it opens with the first ``read_batch`` otherwise): a LATEST reader then sees every
+        record appended after this returns. Raises what the start position gets (PositionTruncated, ...)."""
+        if self._call is None and not self._closed:
+            self._call = await self.client.route((self.namespace, self.name), self._open)
+        return self
+
     async def read_batch(self) -> list[Record]:
         """The next batch of records (waits for one when the reader is at the end)."""
         if self._buffer:
@@ -57,8 +64,7 @@ class StreamReader:
         while True:
             if self._closed:
                 raise StopAsyncIteration
-            if self._call is None:
-                self._call = await self.client.route((self.namespace, self.name), self._open)
+            await self.open()
             try:
                 batch = await self._call.read()
             except grpc.RpcError as exc:

@@ -126,6 +126,11 @@ class StreamReader:
         self._client = client
         self._reader = reader
 
+    def open(self) -> "StreamReader":
+        """Open the read now (see the asyncio StreamReader.open)."""
+        self._client._run(self._reader.open(), self._client.timeout_s)
+        return self
+
     def read_batch(self, timeout_s: float | None = None) -> list[Record]:
         """The next batch; TimeoutError after ``timeout_s`` (None: wait for records)."""
         return self._client._run(self._reader.read_batch(), timeout_s)
