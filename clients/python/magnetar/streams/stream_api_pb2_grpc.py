@@ -120,7 +120,8 @@ class StreamServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateStream(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """names and effective policies only
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
