@@ -26,7 +26,7 @@ from broker.streams.service import StreamService
 from broker.streams.stream import DEFAULT_RECORDS_PER_BATCH, MAX_RECORDS_PER_BATCH, StreamPosition
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams import stream_api_pb2_grpc as pb_grpc
-from magnetar.streams.errors import AUTHORITATIVE_KEY, trailing_metadata
+from magnetar.streams.errors import AUTHORITATIVE_KEY, START_KEY, trailing_metadata
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,8 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
                 raise invalid(f"max_records_per_batch must be in 1..{MAX_RECORDS_PER_BATCH}, got {max_records}")
             start = await self._start(stream, request)
             batches = stream.tail(start, max_records)  # its start is fixed here, before anything else can run
-            await context.send_initial_metadata((("magnetar-stream-start", "ok"),))  # the client's open succeeded
+            # The open succeeded; the resolved start lets a client that reconnects resume exactly there.
+            await context.send_initial_metadata(((START_KEY, f"{start.ledger_id}:{start.entry_id}:{start.slot}"),))
             async for batch in batches:
                 yield pb.ReadBatch(records=[
                     pb.Record(position=_position(r.position), sequence=r.sequence, data=r.data,

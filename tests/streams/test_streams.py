@@ -147,6 +147,7 @@ async def test_a_reader_at_latest_sees_only_new_records(standalone, names):
         writer = await client.open_writer(ns, name)
         await writer.append_batch([b"old-1", b"old-2"])
         reader = await client.open_reader(ns, name, LATEST).open()
+        assert reader.start == (await client.get_info(ns, name)).next_position  # resolved: a reconnect resumes there
         pending = asyncio.ensure_future(reader.read_batch())
         await writer.append(b"new")
         batch = await asyncio.wait_for(pending, 10)

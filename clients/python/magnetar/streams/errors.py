@@ -17,6 +17,7 @@ from magnetar.error_root import MagnetarError
 ERROR_KEY = "magnetar-error"
 REDIRECT_KEY = "magnetar-redirect"
 AUTHORITATIVE_KEY = "magnetar-authoritative"  # sent by a client that followed a redirect: take the stream
+START_KEY = "magnetar-start"  # a read's initial metadata: the position its start resolved to, "ledger:entry:slot"
 
 CODES: dict[str, type["StreamError"]] = {}
 

@@ -15,7 +15,7 @@ import grpc
 
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams.client import EARLIEST, LATEST, Position, Record
-from magnetar.streams.errors import InvalidStreamRequest, StreamUnavailable, from_rpc_error
+from magnetar.streams.errors import START_KEY, InvalidStreamRequest, StreamUnavailable, from_rpc_error
 
 
 class StreamReader:
@@ -88,7 +88,9 @@ class StreamReader:
         at the end that has no batch to show yet."""
         call = stub.Read(self._request(), metadata=metadata)
         try:
-            await call.initial_metadata()
+            start = dict(await call.initial_metadata() or ()).get(START_KEY)
+            if start and self.last_position is None:  # a reconnect resumes here, not at a new LATEST or sequence
+                self._start = Position(*(int(x) for x in start.split(":")))
             if call.done():
                 await call.read()  # raises the RpcError the call ended with
                 raise StreamUnavailable("the read ended before its first batch")
@@ -96,6 +98,11 @@ class StreamReader:
             call.cancel()
             raise
         return call
+
+    @property
+    def start(self):
+        """Where the reader starts: as given, or once open the Position the broker resolved it to."""
+        return self._start
 
     def __aiter__(self) -> "StreamReader":
         return self
