@@ -47,6 +47,7 @@ class BrokerConfig:
     http_port: int | None = 8080  # None = plain HTTP off (empty webServicePort)
     advertised_address: str | None = None  # host clients dial; default: host (or 127.0.0.1 when host is 0.0.0.0)
     cluster_name: str = "standalone"
+    stream_port: int | None = 4181  # the Stream API (gRPC, broker/streams/); None = off
 
     max_message_size: int = MAX_MESSAGE_SIZE
     allow_auto_topic_creation: bool = True
@@ -284,7 +285,7 @@ class BrokerConfig:
 
     def validate(self) -> "BrokerConfig":
         """Cross-field checks. Returns self; raises ValueError naming the field."""
-        for name in ("port", "http_port", "tls_port", "https_port"):
+        for name in ("port", "http_port", "tls_port", "https_port", "stream_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 65536:
                 raise ValueError(f"{name} must be in 0..65535, got {value}")

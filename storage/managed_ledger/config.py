@@ -36,7 +36,7 @@ class ManagedLedgerConfig:
     write_quorum_size: int = 2
     ack_quorum_size: int = 2
     max_entries_per_ledger: int = 50_000
-    max_size_per_ledger_mb: int = 2048
+    max_size_per_ledger_mb: float = 2048  # fractions allowed: log streams roll by bytes
     min_ledger_rollover_time_s: float = 600
     max_ledger_rollover_time_s: float = 14_400
     retention_time_s: float = 0
@@ -58,9 +58,11 @@ class ManagedLedgerConfig:
             validate_quorum(self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
         except InvalidQuorumError as exc:
             raise ManagedLedgerConfigError(str(exc)) from exc
-        for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger"):
+        for name in ("max_entries_per_ledger", "cursor_max_entries_per_ledger"):
             if getattr(self, name) < 1:
                 raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_size_per_ledger_mb <= 0:
+            raise ManagedLedgerConfigError(f"max_size_per_ledger_mb must be > 0, got {self.max_size_per_ledger_mb}")
         if self.cursor_max_size_per_ledger_mb <= 0:
             raise ManagedLedgerConfigError("cursor_max_size_per_ledger_mb must be > 0")
         if self.max_unacked_ranges_to_persist_in_metadata_store < 0:

@@ -364,9 +364,20 @@ class ManagedLedger:
             return
         self._adds.roll_if_due()
         doomed = ledgers_to_trim(self.info, self.slowest_mark_delete(), self.clock(), Retention.of(self.config))
-        if not doomed:
+        await self._remove_ledgers([i.ledger_id for i in doomed])
+
+    async def remove_ledgers_before(self, position: Position) -> list[int]:
+        """Explicit truncation (a log stream's): remove every ledger whose entries all lie before ``position``,
+        never the one being written, by the same two-phase deletion as ``trim``. Returns their ids."""
+        self.check_open()
+        ids = [i.ledger_id for i in self.info.ledgers[:-1]
+               if Position(i.ledger_id, i.entries - 1) < Position(*position)]
+        await self._remove_ledgers(ids)
+        return ids
+
+    async def _remove_ledgers(self, ids: list[int]) -> None:
+        if not ids:
             return
-        ids = [i.ledger_id for i in doomed]
         self.info.ledgers = [i for i in self.info.ledgers if i.ledger_id not in ids]
         self.info.pending_deletion.extend(ids)
         await self.write_info()
