@@ -20,6 +20,8 @@ import json
 
 import fastavro
 
+from connectors.spark.rows import MessageColumns
+
 META_COLUMNS = ("__key", "__topic", "__messageId", "__publishTime", "__eventTime", "__messageProperties")
 EXPANDABLE = ("AVRO", "JSON", "STRING")
 
@@ -125,26 +127,17 @@ class ValueDecoder:
         return fastavro.schemaless_reader(io.BytesIO(payload), writer, self._reader)
 
 
-class ExpandedRows:
-    """The columns of one Arrow record batch of an expanded topic (the source's ``_Rows`` counterpart)."""
+class ExpandedRows(MessageColumns):
+    """The columns of one Arrow record batch of an expanded topic: values decoded by their writer's version."""
 
     def __init__(self, topic: str, decoder: ValueDecoder):
-        self.topic, self.decoder = topic, decoder
-        self.values, self.keys, self.ids, self.publish_times, self.event_times, self.properties = [], [], [], [], [], []
+        super().__init__(topic)
+        self.decoder = decoder
 
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def add(self, entry, first: int, stop: int) -> None:
+    def entry_values(self, entry, kept: slice) -> list:
         raw = entry.metadata.schema_version
         version = int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
-        kept = slice(first, stop)
-        self.values += [self.decoder.decode(p, version) for p in entry.payloads[kept]]
-        self.keys += [key or None for key in entry.partition_keys()[kept]]
-        self.ids += entry.serialized_message_ids()[kept]
-        self.publish_times += [entry.metadata.publish_time * 1000] * (stop - first)
-        self.event_times += [ms * 1000 or None for ms in entry.event_timestamps()[kept]]
-        self.properties += entry.properties()[kept]
+        return [self.decoder.decode(p, version) for p in entry.payloads[kept]]
 
     def record_batch(self, schema):
         import pyarrow as pa

@@ -37,6 +37,7 @@ from connectors.spark.offsets import (
     EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
+from connectors.spark.rows import MessageColumns
 from connectors.spark.schemas import ExpandedRows, ValueDecoder, expanded_arrow_schema
 from connectors.spark.security import ClientSecurity
 from magnetar.topic_name import split_topic
@@ -75,26 +76,10 @@ def _arrow_schema():
                       ("properties", pa.map_(pa.string(), pa.string()))])
 
 
-class _Rows:
-    """The columns of one Arrow record batch, filled an entry at a time from the entries' column accessors
-    (no Message object or method call per row: building rows message by message was a third of a task)."""
-
+class _Rows(MessageColumns):
     def __init__(self, topic: str, partition: int):
-        self.topic, self.partition = topic, partition
-        self.keys, self.values, self.ids, self.publish_times, self.event_times, self.properties = [], [], [], [], [], []
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def add(self, entry, first: int, stop: int) -> None:
-        """The entry's messages ``first`` to ``stop`` (exclusive)."""
-        kept = slice(first, stop)
-        self.keys += [key or None for key in entry.partition_keys()[kept]]
-        self.values += entry.payloads[kept]
-        self.ids += entry.serialized_message_ids()[kept]
-        self.publish_times += [entry.metadata.publish_time * 1000] * (stop - first)
-        self.event_times += [ms * 1000 or None for ms in entry.event_timestamps()[kept]]
-        self.properties += entry.properties()[kept]
+        super().__init__(topic)
+        self.partition = partition
 
     def record_batch(self, schema):
         import pyarrow as pa
