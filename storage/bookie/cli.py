@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--host", help="address to bind (default 127.0.0.1)")
     start.add_argument("--advertised-address", help="address clients dial (default: --host)")
     start.add_argument("--port", type=int, help="data protocol port (default 3181)")
+    start.add_argument("--advertised-port", type=int, help="port clients dial, when a forwarder listens for this "
+                       "bookie elsewhere (default: --port)")
     start.add_argument("--http-port", type=int, help="HTTP port for health and metrics (default 8000)")
     start.add_argument("--network-location", help="/zone/upgradeDomain, used by zone-aware placement")
     start.add_argument("--no-autorecovery", dest="autorecovery_enabled", action="store_const", const=False,
@@ -62,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--data-dir", default="./data")
     standalone.add_argument("--port", type=int, default=3181, help="first bookie's port; the others follow")
     standalone.add_argument("--http-port", type=int, default=8000, help="first bookie's HTTP port; the others follow")
+
+    readlog = commands.add_parser("readlog", help="list an entry log's records (ledger, entry, offset, length) "
+                                  "as JSON lines; reads the files only, the bookie may be running")
+    readlog.add_argument("path", help="an entrylog-<id>.log file, or a ledger directory (every entry log in it)")
 
     shell.add_parser(commands)
     return parser
@@ -97,7 +103,7 @@ def _run_servers(args: argparse.Namespace) -> int:
 def _configs(args) -> list[BookieConfig]:
     if args.command == "start":
         flags = {k: getattr(args, k) for k in ("metadata_store_url", "data_dir", "journal_dir", "ledger_dir", "host",
-                                              "advertised_address", "port", "http_port", "network_location",
+                                              "advertised_address", "advertised_port", "port", "http_port", "network_location",
                                               "autorecovery_enabled", *_AUTORECOVERY_FIELDS, *_SCRUB_FIELDS)}
         return [load_config(args.config, flags)]
     root = Path(args.data_dir).resolve()
@@ -120,6 +126,7 @@ def _use_uvloop() -> None:
 
 
 async def _serve(configs: list[BookieConfig], standalone: bool) -> int:
+    from storage.bookie.faults import JournalFaults, fault_injection_enabled
     from storage.bookie.process import BookieService
     from storage.metadata import open_store
 
@@ -134,7 +141,9 @@ async def _serve(configs: list[BookieConfig], standalone: bool) -> int:
             Path(configs[0].data_dir).parent.mkdir(parents=True, exist_ok=True)
             store = await open_store(configs[0].metadata_store_url)
         for config in configs:
-            service = await BookieService.start(config, store=store)
+            # Test and nemesis runs only: a journal whose fsync can be slowed or failed over HTTP.
+            fsync = JournalFaults() if fault_injection_enabled() else None
+            service = await BookieService.start(config, store=store, fsync=fsync)
             services.append(service)
             print(ready_line(service), flush=True)
     except (BookieStartupError, MetadataError, OSError, ValueError) as exc:
@@ -224,12 +233,35 @@ def _run_autorecovery(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def _run_readlog(args: argparse.Namespace) -> int:
+    import json
+
+    from storage.bookie.entrylog import entry_log_name, scan_file
+
+    path = Path(args.path)
+    if path.is_dir():
+        ids = sorted(int(p.name[len("entrylog-"):-len(".log")]) for p in path.glob("entrylog-*.log")
+                     if p.name[len("entrylog-"):-len(".log")].isdigit())
+        files = [path / entry_log_name(i) for i in ids]
+    elif path.is_file():
+        files = [path]
+    else:
+        print(f"bookie readlog: no such file or directory: {path}", file=sys.stderr)
+        return EXIT_REFUSED
+    for file in files:
+        for rec in scan_file(file):
+            print(json.dumps({"file": str(file), "ledger_id": rec.ledger_id, "entry_id": rec.entry_id,
+                              "offset": rec.offset, "length": rec.length}))
+    return 0
+
+
 # One entry per subcommand registered in build_parser(); each takes the parsed args and returns the exit code.
 COMMANDS = {
     "start": _run_servers,
     "standalone": _run_servers,
     "shell": shell.run,
     "autorecovery": _run_autorecovery,
+    "readlog": _run_readlog,
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.config import load_layered
+from storage.protocol import DEFAULT_MAX_BATCH_READ_BYTES, DEFAULT_MAX_BATCH_READ_ENTRIES, RequestLimits
 from storage.network_location import DEFAULT_NETWORK_LOCATION, parse_network_location
 
 
@@ -27,6 +28,7 @@ class BookieConfig:
     port: int = 3181
     http_port: int = 8000
     advertised_address: str | None = None  # host clients dial; default: host
+    advertised_port: int | None = None  # port clients dial (a forwarder in front of this bookie); default: port
     bookie_id: str | None = None  # default: "<advertised_address>:<port>"
     network_location: str = DEFAULT_NETWORK_LOCATION
     journal_dir: Path | None = None  # default: <data_dir>/journal
@@ -70,8 +72,17 @@ class BookieConfig:
     local_scrub_period_s: float = 0.0
     local_scrub_rate_limit_entries_per_s: float = 60.0
 
-    # protocol
+    # protocol. Request field bounds: storage.protocol.bounded. A BATCH_READ asking for more is served less:
+    # max_batch_read_size_bytes is BookKeeper's maxBatchReadSize, max_batch_read_entries ours (BookKeeper bounds
+    # the count only through the size; here the index walk is per entry, so the count needs its own cap).
     max_frame_bytes: int = 8 * 1024 * 1024
+    max_batch_read_size_bytes: int = DEFAULT_MAX_BATCH_READ_BYTES
+    max_batch_read_entries: int = DEFAULT_MAX_BATCH_READ_ENTRIES
+    # Requests of one connection being served at once; beyond it the bookie stops reading that connection
+    # (BookKeeper bounds the same bookie-wide with maxAddsInProgressLimit / maxReadsInProgressLimit).
+    max_requests_in_flight_per_connection: int = 4096
+    # ... and the memory they may hold (bodies of adds, batch reads' max_bytes; server.request_charge).
+    max_bytes_in_flight_per_connection: int = 64 * 1024 * 1024
     session_timeout_s: float = 10.0
 
     # security (docs/security.md "Storage"): the bearer token the HTTP endpoints that change state require;
@@ -111,7 +122,14 @@ class BookieConfig:
         if self.advertised_address is None:
             object.__setattr__(self, "advertised_address", self.host)
         if self.bookie_id is None:
-            object.__setattr__(self, "bookie_id", f"{self.advertised_address}:{self.port}")
+            object.__setattr__(self, "bookie_id", f"{self.advertised_address}:{self.advertised_port or self.port}")
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        # A full batch (bodies, msgpack's few bytes per body, the frame's header) must fit in one frame: with a
+        # small max_frame_bytes the batch shrinks to fit (a batch always carries at least one entry).
+        fits = self.max_frame_bytes - 8 * self.max_batch_read_entries - 64
+        return RequestLimits(max(1, min(self.max_batch_read_size_bytes, fits)), self.max_batch_read_entries)
 
     @property
     def zone(self) -> str:
@@ -122,6 +140,8 @@ class BookieConfig:
         parse_network_location(self.network_location)
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.advertised_port is not None and not 0 < self.advertised_port < 65536:
+            raise ValueError(f"advertised_port must be in 1..65535, got {self.advertised_port}")
         if not 0 <= self.http_port < 65536:
             raise ValueError(f"http_port must be in 0..65535, got {self.http_port}")
         if self.journal_max_group_wait_ms < 0:
@@ -147,6 +167,11 @@ class BookieConfig:
             raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
+        if self.max_batch_read_size_bytes < 1 or self.max_batch_read_entries < 1:
+            raise ValueError("max_batch_read_size_bytes and max_batch_read_entries must be >= 1")
+        if self.max_requests_in_flight_per_connection < 2 or self.max_bytes_in_flight_per_connection < 1:
+            raise ValueError("max_requests_in_flight_per_connection must be >= 2, "
+                             "max_bytes_in_flight_per_connection >= 1")
         if (self.tls_certificate_path is None) != (self.tls_key_store is None):
             raise ValueError("tls_certificate_path and tls_key_store go together")
         if self.tls_enabled and self.tls_trust_store is None:

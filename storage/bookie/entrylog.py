@@ -248,21 +248,26 @@ class EntryLogger:
         Only the current log can still be growing; scanning it sees what was
         written so far.
         """
-        with open(self.path(log_id), "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            header = fh.read(HEADER_SIZE)
-            if len(header) < HEADER_SIZE or _HEADER.unpack(header)[0] != MAGIC:
+        return scan_file(self.path(log_id))
+
+
+def scan_file(path: Path) -> Iterator[ScannedEntry]:
+    """Every record of the entry log file at ``path`` in file order, stopping at a torn tail."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        header = fh.read(HEADER_SIZE)
+        if len(header) < HEADER_SIZE or _HEADER.unpack(header)[0] != MAGIC:
+            return
+        pos = HEADER_SIZE
+        while pos + RECORD_OVERHEAD <= size:
+            raw = fh.read(RECORD_OVERHEAD)
+            if len(raw) < RECORD_OVERHEAD:
                 return
-            pos = HEADER_SIZE
-            while pos + RECORD_OVERHEAD <= size:
-                raw = fh.read(RECORD_OVERHEAD)
-                if len(raw) < RECORD_OVERHEAD:
-                    return
-                length, ledger_id, entry_id = _RECORD.unpack(raw)
-                body_len = length - (RECORD_OVERHEAD - 4)
-                body_at = pos + RECORD_OVERHEAD
-                if body_len < 0 or body_at + body_len > size:
-                    return
-                yield ScannedEntry(ledger_id, entry_id, body_at, body_len)
-                fh.seek(body_len, os.SEEK_CUR)
-                pos = body_at + body_len
+            length, ledger_id, entry_id = _RECORD.unpack(raw)
+            body_len = length - (RECORD_OVERHEAD - 4)
+            body_at = pos + RECORD_OVERHEAD
+            if body_len < 0 or body_at + body_len > size:
+                return
+            yield ScannedEntry(ledger_id, entry_id, body_at, body_len)
+            fh.seek(body_len, os.SEEK_CUR)
+            pos = body_at + body_len

@@ -11,18 +11,36 @@
 The journal calls fsync from its writer thread, so the hold parks that
 thread on a ``threading.Event`` and reports back to the loop with
 ``call_soon_threadsafe``. With no hold armed it is a plain ``os.fdatasync``.
+
+A bookie *process* started with ``MAGNETAR_FAULT_INJECTION=1`` in its
+environment (the nemesis and real-process tests, never production) runs its
+journal on a ``JournalFaults`` and serves ``PUT /api/v1/bookie/faults``
+(http.py) to set ``fsync_delay_s`` (a slow disk) or ``fsync_errno`` (every
+fsync fails, e.g. with ENOSPC, where no size-limited filesystem can be
+mounted). Without that variable the journal calls ``os.fdatasync`` directly
+and the route does not exist.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
+import time
 from typing import Callable
 
 # A test that forgets to release must not wedge the writer thread forever:
 # the fsync then fails, which fails the journal loudly.
 _MAX_HOLD_S = 60.0
+# Bounds for the process-level switches: a delay past this would only wedge the writer.
+MAX_FSYNC_DELAY_S = 30.0
+FAULT_INJECTION_ENV = "MAGNETAR_FAULT_INJECTION"
+
+
+def fault_injection_enabled(environ=os.environ) -> bool:
+    """Whether this bookie process was started in fault-injection mode (tests and the nemesis only)."""
+    return environ.get(FAULT_INJECTION_ENV, "") not in ("", "0")
 
 
 class FsyncHold:
@@ -58,6 +76,21 @@ class JournalFaults:
         self._lock = threading.Lock()
         self._holds: list[FsyncHold] = []
         self.fsyncs = 0
+        self.fsync_delay_s = 0.0  # a slow disk: every fsync takes this much longer
+        self.fsync_errno: int | None = None  # every fsync fails with this errno (e.g. errno.ENOSPC)
+
+    def set_switches(self, fsync_delay_s: float, fsync_errno: int | None) -> None:
+        """Set the slow-disk delay and the injected error. Raises ValueError outside the bounds."""
+        if not 0 <= fsync_delay_s <= MAX_FSYNC_DELAY_S:
+            raise ValueError(f"fsync delay must be in 0..{MAX_FSYNC_DELAY_S} s, got {fsync_delay_s}")
+        if fsync_errno is not None and fsync_errno not in errno.errorcode:
+            raise ValueError(f"unknown errno {fsync_errno}")
+        self.fsync_delay_s, self.fsync_errno = fsync_delay_s, fsync_errno
+
+    def switches(self) -> dict:
+        return {"fsyncDelayMs": round(self.fsync_delay_s * 1000, 3),
+                "fsyncError": errno.errorcode[self.fsync_errno] if self.fsync_errno is not None else None,
+                "fsyncs": self.fsyncs}
 
     def hold_next_fsync(self) -> FsyncHold:
         """Park the next journal fsync (must be called on the bookie's event loop)."""
@@ -72,6 +105,11 @@ class JournalFaults:
             self.fsyncs += 1
         if hold is not None:
             hold._park()
+        failing, delay = self.fsync_errno, self.fsync_delay_s
+        if failing is not None:
+            raise OSError(failing, f"{os.strerror(failing)} (injected by fault injection)")
+        if delay:
+            time.sleep(delay)  # the fault itself: this fsync is slow
         self._real(fd)
 
 

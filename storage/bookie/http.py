@@ -4,6 +4,8 @@
     GET  /metrics                     Prometheus text from this bookie's own registry
     GET  /api/v1/bookie/info          {"bookie_id", "state", "zone", "network_location", ...}
     PUT  /api/v1/bookie/state/readonly   {"readOnly": true|false|null}  (BookKeeper's shape; null clears)
+    GET/PUT /api/v1/bookie/faults     {"fsyncDelayMs": 0..30000, "fsyncError": "ENOSPC"|null} -- only in a
+                                      bookie started in fault-injection mode (storage/bookie/faults.py)
 
 Every request that is not a GET/HEAD changes state and passes ``admin_access``
 first: with ``http_admin_token`` configured it needs ``Authorization: Bearer
@@ -19,6 +21,7 @@ own registry: several bookies in one process (standalone) never mix metrics.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 
@@ -83,6 +86,8 @@ async def start_http(service, host: str, port: int, admin_token: str | None = No
         web.get("/api/v1/bookie/info", _info),
         web.put("/api/v1/bookie/state/readonly", _set_read_only),
     ])
+    if getattr(service, "journal_faults", None) is not None:
+        app.add_routes([web.get("/api/v1/bookie/faults", _get_faults), web.put("/api/v1/bookie/faults", _set_faults)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True).start()
@@ -117,3 +122,23 @@ async def _set_read_only(request: web.Request) -> web.Response:
     except StorageError as exc:  # re-registering needs the metadata store
         return web.json_response({"error": f"could not change the bookie's state: {exc}"}, status=503)
     return web.json_response(request.app[SERVICE].info())
+
+
+async def _get_faults(request: web.Request) -> web.Response:
+    return web.json_response(request.app[SERVICE].journal_faults.switches())
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    faults = request.app[SERVICE].journal_faults
+    try:
+        body = await request.json()
+        delay_ms = body.get("fsyncDelayMs", 0)
+        error = body.get("fsyncError")
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)):
+            raise ValueError("fsyncDelayMs must be a number of milliseconds")
+        if error is not None and (not isinstance(error, str) or not hasattr(errno, error)):
+            raise ValueError("fsyncError must be an errno name such as \"ENOSPC\", or null")
+        faults.set_switches(delay_ms / 1000, getattr(errno, error) if error is not None else None)
+    except (ValueError, AttributeError, TypeError) as exc:
+        return web.json_response({"error": f"bad fault switches: {exc}"}, status=400)
+    return web.json_response(faults.switches())

@@ -30,6 +30,7 @@ from storage.bookie.bookie import Bookie
 from storage.bookie.config import BookieConfig
 from storage.bookie.cookie import check_and_write_cookie
 from storage.bookie.disk_monitor import DiskMonitor, Mode
+from storage.bookie.faults import JournalFaults
 from storage.bookie.gc import GarbageCollector
 from storage.bookie.http import start_http
 from storage.bookie.journal import JournalDamage
@@ -60,8 +61,10 @@ class BookieService:
         self.gc: GarbageCollector | None = None
         self.autorecovery = None  # AutoRecoveryService when config.autorecovery_enabled
         self.scrubber: Scrubber | None = None
+        self.journal_faults: JournalFaults | None = None  # fault-injection mode only (faults.py)
         self.serving = False
         self._stopping = False
+        self._journal_failure_noticed = False
         self._owns_store = False
         self._http = None
         self._tasks: list[asyncio.Task] = []
@@ -80,6 +83,8 @@ class BookieService:
         ``fsync`` replaces the journal's fdatasync (tests: ``storage.bookie.faults.JournalFaults``).
         """
         service = cls(config)
+        if isinstance(fsync, JournalFaults):
+            service.journal_faults = fsync
         try:
             await service._start(store, fsync)
         except BaseException:
@@ -101,6 +106,7 @@ class BookieService:
                                         journal_damage=lambda: bookie.journal_damage)
         await self.disk_monitor.check_once()  # no registration yet: this only sets the server's mode
         self.server.set_read_only(self.disk_monitor.read_only, self.disk_monitor.mode.reason)
+        self.server.on_journal_failure = self._journal_failed
         self._http = await start_http(self, config.host, config.http_port, config.http_admin_token)
         self.registration = Registration(store, config, self.http_port)
         # The mode is read again here: an HTTP override may have landed while HTTP started.
@@ -139,6 +145,14 @@ class BookieService:
             batch = ids[i : i + _METADATA_BATCH]
             found += [lid for lid, bad in zip(batch, await asyncio.gather(*map(unreplicated, batch))) if bad]
         return journal_verdict(damage, self.config.journal_corruption_policy, found)
+
+    def _journal_failed(self) -> None:
+        """An add found the journal failed: re-decide the mode now (read-only for good), once."""
+        if self._journal_failure_noticed or self.disk_monitor is None:
+            return
+        self._journal_failure_noticed = True
+        task = asyncio.ensure_future(self.disk_monitor.check_once())
+        self._tasks.append(task)
 
     async def _mode_changed(self, mode: Mode) -> None:
         if self.server is not None:

@@ -41,7 +41,7 @@ class Registration:
         c = self._config
         return {
             "bookie_id": c.bookie_id,
-            "address": f"{c.advertised_address}:{c.port}",
+            "address": f"{c.advertised_address}:{c.advertised_port or c.port}",
             "http_address": f"{c.advertised_address}:{self._http_port}",
             "network_location": c.network_location,
             "state": "readonly" if self.read_only else "writable",

@@ -3,12 +3,21 @@
 Readiness is a condition with a deadline (the process's /health answers 200),
 never a sleep. Faults are real: ``kill9()`` sends SIGKILL, ``pause()`` SIGSTOP.
 Used by the real-process test tier, the benchmarks and the cluster launcher.
+
+Options for network and disk faults (all off by default): ``proxy=`` puts a
+link of a ``NetProxyProcess`` (storage/testing/netproxy.py) in front of a
+bookie or broker, which then advertises the link's port, so every peer goes
+through it and ``NetProxyProcess.isolate`` can cut the process off;
+``disk_limit_bytes=`` gives a bookie its own size-limited filesystem (a tmpfs,
+storage/testing/disk.py); ``fault_injection=True`` starts a bookie whose
+journal fsync can be slowed or failed over HTTP (``set_journal_faults``).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.testing import disk
 from storage.testing.waiting import wait_until
 
 VENV_BIN = Path(sys.executable).parent
@@ -58,6 +68,20 @@ def free_port_block(count: int) -> int:
                 continue
         _handed_out.update(wanted)
         return base
+
+
+def http_json(method: str, url: str, body: dict | None = None, timeout_s: float = 5.0) -> dict:
+    """A JSON request to one of our processes' HTTP endpoints. Raises RuntimeError with the answer on non-2xx."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{method} {url}: {exc.code} {exc.read().decode(errors='replace')}") from None
+
+
+FAULT_INJECTION_ENV = "MAGNETAR_FAULT_INJECTION"  # storage/bookie/faults.py reads it
 
 
 def http_status(url: str) -> int | None:
@@ -168,10 +192,50 @@ class BookieProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    proxy: "NetProxyProcess | None" = None  # when set, the bookie advertises its link's port
+    disk_limit_bytes: int | None = None  # when set, data_dir is a tmpfs of this size (root only)
+    fault_injection: bool = False  # the journal's fsync can be slowed or failed (set_journal_faults)
+    advertised_port: int | None = None
+    disk_mounted: bool = False
+    disk_refused: str | None = None  # why no size-limited filesystem could be mounted, if it could not
+
+    def __post_init__(self) -> None:
+        if self.proxy is not None and self.advertised_port is None:
+            self.advertised_port = self.proxy.front(self.link_name, self.port)
+        if self.fault_injection:
+            self.env = {**self.env, FAULT_INJECTION_ENV: "1"}
+
+    @property
+    def link_name(self) -> str:
+        return f"bookie-{self.port}"
 
     @property
     def bookie_id(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertised_port or self.port}"
+
+    def spawn(self) -> subprocess.Popen:
+        if self.disk_limit_bytes is not None and not self.disk_mounted and self.disk_refused is None:
+            try:
+                disk.mount_tmpfs(Path(self.data_dir), self.disk_limit_bytes)
+                self.disk_mounted = True
+            except disk.MountRefused as exc:  # not root: an ordinary directory; the full-disk fault falls back
+                self.disk_refused = str(exc)
+        return super().spawn()
+
+    def unmount_disk(self) -> None:
+        """Unmount the size-limited filesystem (after stop); its contents go with it."""
+        if self.disk_mounted:
+            disk.unmount(Path(self.data_dir))
+            self.disk_mounted = False
+
+    def set_journal_faults(self, fsync_delay_ms: float = 0.0, fsync_error: str | None = None) -> dict:
+        """Slow every journal fsync by ``fsync_delay_ms``, or fail each with errno ``fsync_error`` (e.g. "ENOSPC").
+        Needs ``fault_injection=True``. Both zero/None heal."""
+        return http_json("PUT", f"http://127.0.0.1:{self.http_port}/api/v1/bookie/faults",
+                         {"fsyncDelayMs": fsync_delay_ms, "fsyncError": fsync_error})
+
+    def info(self) -> dict:
+        return http_json("GET", f"http://127.0.0.1:{self.http_port}/api/v1/bookie/info")
 
     @property
     def name(self) -> str:
@@ -197,6 +261,7 @@ class BookieProcess(ServiceProcess):
             "--port", str(self.port),
             "--http-port", str(self.http_port),
             "--network-location", self.network_location,
+            *(["--advertised-port", str(self.advertised_port)] if self.advertised_port else []),
             *self.extra_args,
         ]
 
@@ -213,18 +278,45 @@ class BrokerProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    stream_port: int = field(default_factory=free_port)  # never the default 4181: brokers run side by side
+    # When set, clients and peers reach the broker through two proxy links (Pulsar and HTTP), which it
+    # advertises as its internal listener; service_url and web_url then name the links.
+    proxy: "NetProxyProcess | None" = None
+    advertised_port: int | None = None
+    advertised_http_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy is not None and self.advertised_port is None:
+            self.advertised_port = self.proxy.front(self.link_name, self.port)
+            self.advertised_http_port = self.proxy.front(f"{self.link_name}-http", self.http_port)
+            self.env = {**self.env, "MAGNETAR_BROKER_ADVERTISED_LISTENERS":
+                        f"internal:pulsar://127.0.0.1:{self.advertised_port},"
+                        f"internal:http://127.0.0.1:{self.advertised_http_port}"}
+
+    @property
+    def link_name(self) -> str:
+        return f"broker-{self.port}"
+
+    @property
+    def link_names(self) -> list[str]:
+        return [self.link_name, f"{self.link_name}-http"] if self.proxy is not None else []
 
     @property
     def name(self) -> str:
         return f"broker 127.0.0.1:{self.port}"
 
     @property
+    def stream_address(self) -> str:
+        """host:port of its Stream API (gRPC)."""
+        return f"127.0.0.1:{self.stream_port}"
+
+    @property
     def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
+        return f"pulsar://127.0.0.1:{self.advertised_port or self.port}"
 
     @property
     def web_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://127.0.0.1:{self.advertised_http_port or self.http_port}"
 
     @property
     def log_path(self) -> Path:
@@ -232,10 +324,11 @@ class BrokerProcess(ServiceProcess):
 
     @property
     def health_url(self) -> str:
-        return f"{self.web_url}/health"
+        return f"http://127.0.0.1:{self.http_port}/health"  # the process itself, not through its proxy link
 
     def command(self) -> list[str]:
-        common = ["--port", str(self.port), "--http-port", str(self.http_port), *self.extra_args]
+        common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
+                  *self.extra_args]
         if self.metadata_url is not None:
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
@@ -253,12 +346,17 @@ class BookieCluster:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     bookies: list[BookieProcess] = field(default_factory=list)
+    # Network and disk fault options, passed to every bookie (see BookieProcess).
+    proxy: "NetProxyProcess | None" = None
+    disk_limit_bytes: int | None = None
+    fault_injection: bool = False
 
     def start(self, timeout_s: float = 60.0) -> "BookieCluster":
         for i in range(self.count):
             bookie = BookieProcess(
                 self.metadata_url, Path(self.root) / f"bookie-{i}" / "data", zone=self.zones[i % len(self.zones)],
                 upgrade_domain=f"ud{i}", extra_args=list(self.extra_args), env=dict(self.env),
+                proxy=self.proxy, disk_limit_bytes=self.disk_limit_bytes, fault_injection=self.fault_injection,
             )
             bookie.spawn()
             self.bookies.append(bookie)
@@ -269,6 +367,10 @@ class BookieCluster:
     def stop(self) -> None:
         for bookie in self.bookies:
             bookie.stop()
+        for bookie in self.bookies:
+            bookie.unmount_disk()
+        if self.disk_limit_bytes is not None:
+            disk.unmount_all_under(Path(self.root))  # a bookie replaced meanwhile left its tmpfs behind
 
     def by_id(self, bookie_id: str) -> BookieProcess:
         for bookie in self.bookies:
@@ -281,3 +383,81 @@ class BookieCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@dataclass
+class NetProxyProcess(ServiceProcess):
+    """The fault-injecting loopback proxy (storage/testing/netproxy.py) as a process: links in front of servers,
+    and partitions that blackhole a process's traffic both ways."""
+
+    root: Path
+    control_port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    _isolated: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # process name -> (links, pid)
+
+    @property
+    def name(self) -> str:
+        return f"netproxy 127.0.0.1:{self.control_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.root) / f"netproxy-{self.control_port}.log"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}/health"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "storage.testing.netproxy", "--control-port", str(self.control_port)]
+
+    def front(self, name: str, target_port: int) -> int:
+        """A new link forwarding to ``target_port``; returns the port peers should dial instead."""
+        for _ in range(3):
+            listen_port = free_port()
+            try:
+                http_json("POST", f"http://127.0.0.1:{self.control_port}/links",
+                          {"name": name, "listen_port": listen_port, "target_port": target_port})
+                return listen_port
+            except RuntimeError as exc:
+                if " 409 " not in str(exc):  # only a port taken meanwhile is worth another try
+                    raise
+        raise RuntimeError(f"could not find a free port for link {name}")
+
+    def zookeeper_url(self, zookeeper, chroot: str = "") -> str:
+        """A zk:// URL through a link in front of ``zookeeper`` (a ZooKeeperServer), made once per proxy."""
+        links = self.describe()["links"]
+        port = links["zookeeper"]["listen_port"] if "zookeeper" in links else self.front("zookeeper", zookeeper.port)
+        if chroot and not chroot.startswith("/"):
+            chroot = "/" + chroot
+        return f"zk://127.0.0.1:{port}{chroot}"
+
+    def partition(self, links: list[str] = (), pids: list[int] = ()) -> dict:
+        """Blackhole every connection to ``links`` and every connection opened by ``pids`` (replaces any
+        earlier partition)."""
+        return http_json("PUT", f"http://127.0.0.1:{self.control_port}/rules", {"links": list(links), "pids": list(pids)},
+                         timeout_s=60)
+
+    def isolate(self, process: "BookieProcess | BrokerProcess") -> dict:
+        """Cut ``process`` off from everyone, both ways: its own links and every connection it opens. Adds to the
+        processes already isolated (each is cut off from all others, so two isolated processes are not
+        connected either)."""
+        links = process.link_names if isinstance(process, BrokerProcess) else [process.link_name]
+        self._isolated[process.name] = (list(links), process.proc.pid)
+        return self._apply()
+
+    def rejoin(self, process: "BookieProcess | BrokerProcess") -> dict:
+        """Lift ``process``'s isolation (by the pid it had when isolated, should it have restarted since)."""
+        self._isolated.pop(process.name, None)
+        return self._apply()
+
+    def _apply(self) -> dict:
+        links = [name for names, _ in self._isolated.values() for name in names]
+        return self.partition(links, [pid for _, pid in self._isolated.values()])
+
+    def heal(self) -> dict:
+        self._isolated.clear()
+        return self.partition()
+
+    def describe(self) -> dict:
+        return http_json("GET", f"http://127.0.0.1:{self.control_port}/links")
