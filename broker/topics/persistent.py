@@ -221,11 +221,21 @@ class PersistentTopic:
             raise PersistenceError(f"sequence id {sequence_id} of {producer.name!r} is still being stored; retry")
         self._publishing += 1
         self._idle.clear()
+        # The store runs to its end even when the publishing connection goes away and its task is cancelled:
+        # deduplication must learn whether the entry was stored (persisted) or not (forgotten), or every resend of
+        # this sequence id is answered "still being stored" for ever (seen in the nemesis's long runs).
+        return await asyncio.shield(self._store(producer, sequence_id, highest_sequence_id, num_messages, data))
+
+    async def _store(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+                     data: bytes) -> Position:
         try:
             position = await self.ml.add_entry(data)
         except StorageError as exc:
             self.dedup.forget_pushed(producer.name)
             raise self._translated(exc, "storing the message failed") from exc
+        except BaseException:
+            self.dedup.forget_pushed(producer.name)
+            raise
         finally:
             self._publishing -= 1
             if not self._publishing:
