@@ -48,10 +48,11 @@ bench: venv
 loadtest: venv
 	$(PY) -m loadtest.locust_run --users 50 --spawn-rate 10 --duration 30s
 
-# Regenerate the Pulsar protocol's Python code from our own .proto (the output is committed).
+# Regenerate the Pulsar protocol's and the Stream API's Python code from our own .proto files (the output is committed).
 proto: venv
 	$(PY) -m pip install --quiet 'grpcio-tools==1.85.1'
 	cd clients/python/magnetar/protocol && ../../../../$(PY) -m grpc_tools.protoc -I. --python_out=. pulsar_api.proto
+	cd clients/python && ../../$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. magnetar/streams/stream_api.proto
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -18,7 +18,7 @@ from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
 
 EXIT_REFUSED = 2
-FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name")
+FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name", "stream_port")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +45,7 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
     p.add_argument("--http-port", type=int, help="HTTP admin / metrics port (default 8080)")
+    p.add_argument("--stream-port", type=int, help="Stream API (gRPC) port (default 4181)")
     p.add_argument("--advertised-address", help="host name clients are told to dial (default: --host)")
     p.add_argument("--cluster-name", help="cluster name (default standalone)")
 

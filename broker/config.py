@@ -31,6 +31,12 @@ MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
 AUTHENTICATION_PROVIDERS = ("token", "tls", "basic")  # Pulsar's auth method names
+RATE_LIMIT_FIELDS = (
+    "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes",
+    "broker_publisher_throttling_max_message_rate", "broker_publisher_throttling_max_byte_rate",
+    "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
+    "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscription_in_byte",
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class BrokerConfig:
     http_port: int | None = 8080  # None = plain HTTP off (empty webServicePort)
     advertised_address: str | None = None  # host clients dial; default: host (or 127.0.0.1 when host is 0.0.0.0)
     cluster_name: str = "standalone"
+    stream_port: int | None = 4181  # the Stream API (gRPC, broker/streams/); None = off
 
     max_message_size: int = MAX_MESSAGE_SIZE
     allow_auto_topic_creation: bool = True
@@ -54,6 +61,10 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # Topic compaction (broker/compaction): bytes stored after a topic's compaction horizon that start a run
+    # (0 = off; the namespace's compaction_threshold overrides), and whether keyless messages survive a run.
+    broker_service_compaction_threshold_in_bytes: int = 0
+    topic_compaction_retain_null_key: bool = False
     dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024  # Pulsar's dispatcherMaxReadSizeBytes
     # Ours (Pulsar has no broker-side bound): the most messages one published batch may declare. It also bounds
     # the batch size an ACK may claim for an entry the broker did not track, so neither can be a memory bomb.
@@ -64,9 +75,58 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
+    # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
+    managed_ledger_max_reads_in_flight_size_mb: int = 256
+    # Rate limits (broker/topics/throttling.py): the defaults for topics whose namespace sets no publish-rate or
+    # dispatch-rate policy, per second; 0 or -1 = unlimited, as in Pulsar. The broker-wide publish rate counts
+    # every topic's SENDs together.
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
+    broker_publisher_throttling_max_message_rate: int = 0
+    broker_publisher_throttling_max_byte_rate: int = 0
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscription_in_byte: int = 0
+    dispatch_throttling_rate_relative_to_publish_rate: bool = False
     connection_timeout_s: float = 10.0  # ours: a connection must complete CONNECT (and authentication) within this
+    # Pulsar's pulsarChannelWriteBuffer{High,Low}WaterMark and pulsarChannelPauseReceivingRequestsIfUnwritable:
+    # over the high mark of unsent reply bytes, a connection's requests are not read until the buffer is under the
+    # low mark, so a client that never reads its replies cannot grow the broker. Pulsar leaves the pause off by
+    # default; here it is on (invariant 9).
+    pulsar_channel_write_buffer_high_water_mark: int = 64 * 1024
+    pulsar_channel_write_buffer_low_water_mark: int = 32 * 1024
+    pulsar_channel_pause_receiving_requests_if_unwritable: bool = True
+    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
+    # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
+    # (broker/server/command_budget.py). 0 = unlimited.
+    max_control_commands_per_connection_per_s: float = 1000.0
+    max_wasted_commands_per_connection_per_s: float = 1000.0
     deduplication_enabled: bool = False
+    # Message lifecycle (broker/topics/lifecycle.py; docs/broker.md "Namespace policies and rate limits"). Pulsar's
+    # names and defaults, with seconds for its minutes: messageExpiryCheckIntervalInMinutes 5,
+    # backlogQuotaCheckIntervalInSeconds 60, ttlDurationDefaultInSeconds 0 (no TTL), backlogQuotaDefaultLimit*
+    # -1 (no quota), backlogQuotaDefaultRetentionPolicy producer_request_hold.
+    message_expiry_check_interval_s: float = 300.0
+    backlog_quota_check_interval_s: float = 60.0
+    ttl_duration_default_in_seconds: int = 0
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_second: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
+    # Pulsar deletes inactive topics by default (brokerDeleteInactiveTopicsEnabled=true); ours is off by default
+    # so no topic disappears under an operator who did not ask for it. Namespace and topic policies turn it on.
+    broker_delete_inactive_topics_enabled: bool = False
+    broker_delete_inactive_topics_frequency_s: float = 60.0
+    broker_delete_inactive_topics_max_inactive_duration_s: int = 60
+    broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    subscription_expiration_time_minutes: int = 0  # 0 = never
+    subscription_expiry_check_interval_s: float = 300.0  # subscriptionExpiryCheckIntervalInMinutes 5
     delayed_delivery_enabled: bool = True
+    # Schema registry defaults (broker/schemas); namespace policies override each.
+    schema_compatibility_strategy: str = "BACKWARD"
+    is_allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False  # refuse schema-less producers on a topic that has a schema
     subscription_key_shared_consistent_hashing_points: int = 100
     # Pulsar's keySharedLookAheadMsgInReplayThreshold*: how many entries a Key_Shared subscription may hold for
     # busy consumers while it reads on for the others (per consumer, and a cap for the subscription).
@@ -225,7 +285,7 @@ class BrokerConfig:
 
     def validate(self) -> "BrokerConfig":
         """Cross-field checks. Returns self; raises ValueError naming the field."""
-        for name in ("port", "http_port", "tls_port", "https_port"):
+        for name in ("port", "http_port", "tls_port", "https_port", "stream_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 65536:
                 raise ValueError(f"{name} must be in 0..65535, got {value}")
@@ -237,6 +297,14 @@ class BrokerConfig:
         check_tls_config(self)
         if not 1024 <= self.max_message_size <= 100 * 1024 * 1024:
             raise ValueError(f"max_message_size must be in 1 KiB..100 MiB, got {self.max_message_size}")
+        from broker.schemas.compatibility import parse_strategy
+
+        try:
+            strategy = parse_strategy(self.schema_compatibility_strategy)
+        except Exception as exc:  # the registry's InvalidSchemaError: a config error here
+            raise ValueError(f"schema_compatibility_strategy: {exc}") from None
+        if strategy is None:
+            raise ValueError("schema_compatibility_strategy must name a strategy, not UNDEFINED")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
             raise ValueError("allow_auto_topic_creation_type must be 'non-partitioned' or 'partitioned'")
         if self.default_num_partitions < 1:
@@ -258,11 +326,22 @@ class BrokerConfig:
         if self.load_balancer_shedding_condition_hit_count_threshold < 1:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
-                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"):
+                     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic",
+                     "managed_ledger_max_reads_in_flight_size_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:
+            raise ValueError("max_control_commands_per_connection_per_s and max_wasted_commands_per_connection_per_s "
+                             "must be >= 0 (0 = unlimited)")
+        for name in RATE_LIMIT_FIELDS:
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (0 or -1 = unlimited)")
         if self.connection_timeout_s <= 0:
             raise ValueError("connection_timeout_s must be > 0")
+        if not 0 <= self.pulsar_channel_write_buffer_low_water_mark <= self.pulsar_channel_write_buffer_high_water_mark \
+                or self.pulsar_channel_write_buffer_high_water_mark < 1:
+            raise ValueError("need 0 <= pulsar_channel_write_buffer_low_water_mark <= "
+                             "pulsar_channel_write_buffer_high_water_mark, and the high mark >= 1")
         if not 1 <= self.max_num_messages_in_batch <= 1 << 20:
             raise ValueError("max_num_messages_in_batch must be in 1..1048576")
         if self.dispatcher_max_read_size_bytes < 1:
@@ -273,8 +352,28 @@ class BrokerConfig:
                      "key_shared_look_ahead_msg_in_replay_threshold_per_subscription"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        for name in ("message_expiry_check_interval_s", "backlog_quota_check_interval_s",
+                     "broker_delete_inactive_topics_frequency_s", "subscription_expiry_check_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.backlog_quota_default_retention_policy not in ("producer_request_hold", "producer_exception",
+                                                               "consumer_backlog_eviction"):
+            raise ValueError("backlog_quota_default_retention_policy must be producer_request_hold, "
+                             "producer_exception or consumer_backlog_eviction")
+        if self.broker_delete_inactive_topics_mode not in ("delete_when_no_subscriptions",
+                                                           "delete_when_subscriptions_caught_up"):
+            raise ValueError("broker_delete_inactive_topics_mode must be delete_when_no_subscriptions or "
+                             "delete_when_subscriptions_caught_up")
+        for name in ("ttl_duration_default_in_seconds", "subscription_expiration_time_minutes",
+                     "broker_delete_inactive_topics_max_inactive_duration_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in ("backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (-1 = no limit)")
         for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
-                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription"):
+                     "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription",
+                     "broker_service_compaction_threshold_in_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         self._validate_authentication()

@@ -93,6 +93,17 @@ class ConsumerNotFoundError(BrokerError):
     """No consumer with that id on this connection."""
 
 
+@register(pb.ProducerBlockedQuotaExceededError)
+class ProducerBlockedQuotaExceededError(BrokerError):
+    """The topic's backlog quota is exceeded and its policy is producer_request_hold: the producer is not admitted
+    until the backlog drops (the official clients keep retrying until their send timeout)."""
+
+
+@register(pb.ProducerBlockedQuotaExceededException)
+class ProducerBlockedQuotaExceededException(BrokerError):
+    """The topic's backlog quota is exceeded and its policy is producer_exception: sends fail."""
+
+
 @register(pb.TooManyRequests)
 class TooManyRequestsError(BrokerError):
     """Too many requests in flight."""

@@ -20,7 +20,9 @@ address or waiting for the owner's session to expire.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 
 from broker.config import BrokerConfig
 from broker.errors import (
@@ -28,15 +30,21 @@ from broker.errors import (
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
+from broker.topics.throttling import broker_publish_throttle
 from broker.ownership.clusters import ClusterData, Clusters
 from broker.ownership.load_manager import LoadManager
 from broker.ownership.ownership import BrokerInfo, Ownership, bundle_key
+from broker.ownership.policy_watch import PolicyWatch
 from broker.ownership.resources import ConflictError, NamespacePolicies, Resources
+from broker.schemas.registry import SchemaRegistry
 from broker.security.authentication import AuthenticationService
 from broker.security.tls import serve_tls, server_context
 from broker.security.authorization import AuthorizationService
 from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
+from broker.subscriptions.reads_in_flight import ReadsInFlight
+from broker.topics import lifecycle
+from broker.topics.lifecycle_policies import inactive_topic_deletable, subscription_expired
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -62,11 +70,15 @@ class BrokerService:
         self.client = client
         self.factory = factory
         self.resources = Resources(store)
+        self.schemas = SchemaRegistry(self)
+        self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
         self.publish_buffer = PublishBuffer(config.max_message_publish_buffer_size_mb * 1024 * 1024)
+        self.reads_in_flight = ReadsInFlight(config.managed_ledger_max_reads_in_flight_size_mb * 1024 * 1024)
+        self.publish_rate = broker_publish_throttle(config, lambda: [c for c in self.connections if c.producers])
         self._server: asyncio.AbstractServer | None = None
         self._owns_store = owns_store
         self._tasks: set[asyncio.Task] = set()
@@ -82,6 +94,7 @@ class BrokerService:
         self.load_manager: LoadManager | None = None
         self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
         self.authorization = AuthorizationService(self)
+        self.stream_api = None  # broker/streams/server.py, when stream_port is set
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -106,9 +119,19 @@ class BrokerService:
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
         await service.ownership.register()
+        if config.stream_port is not None:
+            from broker.streams.server import StreamServer
+            service.stream_api = await StreamServer.start(service)
         for server in service._servers:
             await server.start_serving()
         service.spawn(service._maintain())
+        service.spawn(service._every(config.message_expiry_check_interval_s, "message expiry", lifecycle.expire_by_ttl))
+        service.spawn(service._every(config.backlog_quota_check_interval_s, "backlog quota",
+                                     lifecycle.enforce_backlog_quota))
+        service.spawn(service._every(config.subscription_expiry_check_interval_s, "subscription expiry",
+                                     service._expire_subscriptions))
+        service.spawn(service._every(config.broker_delete_inactive_topics_frequency_s, "inactive topics",
+                                     service._delete_if_inactive))
         service.spawn(service._report_load())
         service.load_manager = LoadManager(service)
         service.load_manager.start()
@@ -215,10 +238,14 @@ class BrokerService:
         for name in list(self.topics):
             self.spawn(self.unload_topic(self.topics[name].name))
         self.spawn(self.ownership.register())
+        if self.stream_api is not None:
+            self.spawn(self.stream_api.session_lost())
 
     def _bundle_lost(self, path: str) -> None:
         """Another broker took a bundle of ours while our session lived: stop serving its topics now."""
         self.spawn(self._unload_bundle_topics(path))
+        if self.stream_api is not None:
+            self.spawn(self.stream_api.service.unload_bundle(path))
 
     async def _unload_bundle_topics(self, path: str) -> None:
         for topic in list(self.topics.values()):
@@ -309,14 +336,20 @@ class BrokerService:
             if not partitioned_parent:
                 await self._check_topic_count(name, new_topics=1)
         policies = await self.resources.get_policies(name.namespace_name)
-        ml_config = self.config.managed_ledger_config(*_retention(policies))
+        topic_policies = await self.resources.get_topic_policies(name)
+        ml_config = self.managed_ledger_config_for(policies, topic_policies)
         with persistence_errors(f"opening topic {name} failed"):
             ml = await self.factory.open(name.managed_ledger_name, ml_config)
         try:
-            return await PersistentTopic.load(self, name, ml, policies)
+            topic = await PersistentTopic.load(self, name, ml, policies, topic_policies)
         except BaseException:
             await ml.close()
             raise
+        self.policy_watch.attach(topic)
+        return topic
+
+    def managed_ledger_config_for(self, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
+        return topic_ledger_config(self.config, policies, topic_policies)
 
     async def create_topic(self, name: TopicName) -> None:
         """Admin: create a non-partitioned topic (its managed ledger)."""
@@ -324,10 +357,15 @@ class BrokerService:
             raise ConflictError(f"topic {name} already exists")
         await self.get_topic(name, create=True, admin=True)
 
-    async def delete_topic(self, name: TopicName) -> None:
+    async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete a topic (its ledgers, cursors and own policies); ``force`` first disconnects its producers and
+        consumers, which otherwise make the deletion NotAllowed."""
         topic = await self.get_topic(name, create=False)
-        await topic.delete()
+        await topic.delete(force=force)
         self.topics.pop(str(name), None)
+        if name.partition_index < 0:  # a partition shares its parent's policies and schema
+            await self.resources.delete_topic_policies(name)
+            await self.schemas.delete(name, force=True)
 
     async def unload_bundle(self, bundle_path: str) -> int:
         """Close every topic of a bundle we own and give the bundle up (graceful unload); returns how many.
@@ -338,6 +376,8 @@ class BrokerService:
             names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
             for topic in names:
                 await self.unload_topic(topic.name)
+            if self.stream_api is not None:
+                await self.stream_api.service.unload_bundle(bundle_path)
         finally:
             await self.ownership.release(bundle_path)
         return len(names)
@@ -366,6 +406,41 @@ class BrokerService:
                 except StorageError as exc:
                     log.warning("maintenance of %s: %s", topic.name, exc)
 
+    async def _every(self, interval_s: float, what: str, check) -> None:
+        """Run ``check(topic)`` on every loaded topic every ``interval_s``; a failure on one topic is logged."""
+        while True:
+            await asyncio.sleep(interval_s)  # a period, not synchronisation
+            for topic in list(self.topics.values()):
+                if topic.closed:
+                    continue
+                try:
+                    await check(topic)
+                except (BrokerError, StorageError) as exc:
+                    log.warning("%s check of %s: %s", what, topic.name, exc)
+
+    async def _expire_subscriptions(self, topic: PersistentTopic) -> None:
+        minutes = topic.limit("subscription_expiration_time_minutes")
+        now = time.monotonic()
+        for sub in list(topic.subscriptions.values()):
+            if sub.durable and subscription_expired(minutes, idle_s=now - sub.idle_since, has_consumers=bool(sub.consumers)):
+                log.info("subscription %s of %s expired (no consumer for %d min)", sub.name, topic.name, minutes)
+                await topic.remove_subscription(sub.name, delete=True)
+
+    async def _delete_if_inactive(self, topic: PersistentTopic) -> None:
+        policy = topic.limit("inactive_topic_policies")
+        if policy is None and self.config.broker_delete_inactive_topics_enabled:
+            policy = {"deleteWhileInactive": True,
+                      "maxInactiveDurationSeconds": self.config.broker_delete_inactive_topics_max_inactive_duration_s,
+                      "inactiveTopicDeleteMode": self.config.broker_delete_inactive_topics_mode}
+        if topic.name.partition_index >= 0:
+            return  # a partition goes with its partitioned topic, never alone
+        subs = list(topic.subscriptions.values())
+        if inactive_topic_deletable(policy, idle_s=time.monotonic() - topic.last_active,
+                                    has_producers=bool(topic.producers), has_consumers=any(s.consumers for s in subs),
+                                    subscriptions=len(subs), backlog=sum(s.backlog for s in subs)):
+            log.info("deleting inactive topic %s", topic.name)
+            await self.delete_topic(topic.name, force=True)
+
     # ---- shutdown ------------------------------------------------------------
 
     async def close(self) -> None:
@@ -374,9 +449,12 @@ class BrokerService:
         for server in self._servers:
             server.close()
         self.authorization.close()
+        self.policy_watch.close()
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here
+        if self.stream_api is not None:
+            await self.stream_api.close()
         for name in list(self.topics):
             topic = self.topics.pop(name)
             try:
@@ -410,9 +488,25 @@ async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple
     return parse_secret(config.managed_ledger_password_secret), previous + ((generated,) if generated else ())
 
 
-def _retention(policies: NamespacePolicies) -> tuple[int | None, int | None]:
-    """Namespace retention (minutes, MB) as the managed ledger's (seconds, MB); None = broker default."""
+def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
+    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates) from its
+    own policies, else its namespace's, else the broker's."""
+    def pick(name):
+        value = getattr(topic_policies, name, None)
+        return getattr(policies, name, None) if value is None else value
+
+    ml_config = config.managed_ledger_config(*_retention(pick("retention_time_minutes"), pick("retention_size_mb")))
+    persistence = pick("persistence")
+    if persistence:
+        ml_config = dataclasses.replace(ml_config, ensemble_size=persistence["bookkeeperEnsemble"],
+                                        write_quorum_size=persistence["bookkeeperWriteQuorum"],
+                                        ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
+    return ml_config
+
+
+def _retention(minutes: int | None, size_mb: int | None) -> tuple[int | None, int | None]:
+    """Retention (minutes, MB) as the managed ledger's (seconds, MB); None = broker default."""
     seconds = None
-    if policies.retention_time_minutes is not None:
-        seconds = -1 if policies.retention_time_minutes < 0 else policies.retention_time_minutes * 60
-    return seconds, policies.retention_size_mb
+    if minutes is not None:
+        seconds = -1 if minutes < 0 else minutes * 60
+    return seconds, size_mb

@@ -190,6 +190,11 @@ class BookieShuttingDownError(BookieError):
     retriable = True
 
 
+@register(15)
+class BadRequestError(BookieError):
+    """A request field is outside its bound (BookKeeper's EBADREQ); the request is refused, the connection stays."""
+
+
 # ---- client side ---------------------------------------------------------
 
 
@@ -248,6 +253,13 @@ class ClientClosedError(LedgerClientError):
 @register(209)
 class ReplicationError(LedgerClientError):
     """A ledger could not be re-replicated this time (no good copy, no replacement bookie, a race lost)."""
+
+    retriable = True
+
+
+@register(210)
+class TooManyPendingAddsError(LedgerClientError):
+    """The ledger handle already has its maximum of adds in flight (BookKeeper's TooManyRequests)."""
 
     retriable = True
 

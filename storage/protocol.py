@@ -26,6 +26,18 @@ a ``storage.errors`` code.
 raises ``FrameTooLargeError`` / ``MalformedRequestError`` (with ``.rid`` set
 when the frame was readable enough to have one) on bad input; after an error
 the stream is unusable and the connection should be closed.
+
+Field bounds: a well-formed request can still carry values no honest client
+sends. ``bounded(request, limits)`` is the one check of every field a client
+controls, run by the server before anything else: a value that cannot be
+right (a negative ledger id, a flag bit the op does not have, a master key
+longer than any digest, a reversed range) raises
+``BadRequestError``, answered on that request alone (BookKeeper's EBADREQ;
+the connection stays). A quantity that is merely larger than the bookie will
+serve is capped, as BookKeeper caps a batch read's size at
+``maxBatchReadSize``: a BATCH_READ's ``max_bytes`` and its entry count are
+cut to the limits and the reply is the shorter batch the protocol already
+allows for.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from storage.errors import FrameTooLargeError, MalformedRequestError
+from storage.errors import BadRequestError, FrameTooLargeError, MalformedRequestError
 
 OK = 0
 
@@ -50,6 +62,15 @@ FLAG_FENCE = 1
 LAST_ENTRY = -1
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+# Ledger and entry ids are BookKeeper's non-negative Java longs; request ids are echoed, so they share the range.
+MAX_ID = 2**63 - 1
+ADD_FLAGS = FLAG_RECOVERY
+READ_FLAGS = FLAG_FENCE
+# A master key is a digest of the ledger password (SHA-256 here, SHA-1 in BookKeeper): 64 bytes is room for any.
+MAX_MASTER_KEY_BYTES = 64
+DEFAULT_MAX_BATCH_READ_BYTES = 5 * 1024 * 1024  # BookKeeper's maxBatchReadSize default
+DEFAULT_MAX_BATCH_READ_ENTRIES = 1024
 
 _LEN = struct.Struct(">I")
 
@@ -168,6 +189,66 @@ class ErrorResponse:
 
 Request = AddRequest | ReadRequest | ReadLacRequest | BatchReadRequest
 Response = AddResponse | ReadResponse | ReadLacResponse | BatchReadResponse | ErrorResponse
+
+
+# ---- field bounds ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    max_batch_read_bytes: int = DEFAULT_MAX_BATCH_READ_BYTES
+    max_batch_read_entries: int = DEFAULT_MAX_BATCH_READ_ENTRIES
+
+
+_NAMES = {AddRequest: "ADD", ReadRequest: "READ", ReadLacRequest: "READ_LAC", BatchReadRequest: "BATCH_READ"}
+
+
+def _bad(request: Request, what: str) -> BadRequestError:
+    return BadRequestError(f"{_NAMES[type(request)]} {what}")
+
+
+def _id(request: Request, name: str, value: int, low: int = 0) -> None:
+    if not low <= value <= MAX_ID:
+        raise _bad(request, f"{name} {value} is outside {low}..{MAX_ID}")
+
+
+def _key(request: Request, key: bytes) -> None:
+    # Only the length: a missing or wrong key of a possible length is the bookie's Unauthorized, not a bad request.
+    if len(key) > MAX_MASTER_KEY_BYTES:
+        raise _bad(request, f"master_key of {len(key)} bytes exceeds {MAX_MASTER_KEY_BYTES}")
+
+
+def _flags(request: Request, flags: int, allowed: int) -> None:
+    if flags < 0 or flags & ~allowed:
+        raise _bad(request, f"flags {flags:#x} has bits outside {allowed:#x}")
+
+
+def bounded(request: Request, limits: RequestLimits) -> Request:
+    """The request with every client-controlled field checked, and a BATCH_READ's size and count capped.
+
+    Raises BadRequestError naming the field. Pure: the server's first step for each request.
+    """
+    _id(request, "request id", request.rid)
+    _id(request, "ledger_id", request.ledger_id)
+    kind = type(request)
+    if kind is AddRequest:
+        _id(request, "entry_id", request.entry_id)
+        _flags(request, request.flags, ADD_FLAGS)
+        _key(request, request.master_key)
+    elif kind is ReadRequest:
+        _id(request, "entry_id", request.entry_id, low=LAST_ENTRY)
+        _flags(request, request.flags, READ_FLAGS)
+        _key(request, request.master_key)
+    elif kind is BatchReadRequest:
+        _id(request, "first_entry_id", request.first_entry_id)
+        _id(request, "last_entry_id", request.last_entry_id, low=request.first_entry_id)
+        if request.max_bytes < 1:
+            raise _bad(request, f"max_bytes {request.max_bytes} must be >= 1")
+        last = min(request.last_entry_id, request.first_entry_id + limits.max_batch_read_entries - 1)
+        max_bytes = min(request.max_bytes, limits.max_batch_read_bytes)
+        if last != request.last_entry_id or max_bytes != request.max_bytes:
+            return BatchReadRequest(request.rid, request.ledger_id, request.first_entry_id, last, max_bytes)
+    return request
 
 
 # ---- encoding ------------------------------------------------------------

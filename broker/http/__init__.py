@@ -8,14 +8,25 @@ from broker.http import permissions
 from broker.http.admin import SERVICE, routes
 from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
+from broker.http.compaction import routes as compaction_routes
+from broker.http.policies import routes as policy_routes
+from broker.http.rate_policies import routes as rate_routes
+from broker.http.schemas import routes as schema_routes
+from broker.http.topic_admin import broker_routes, routes as topic_admin_routes
 
 
 def build_app(service) -> web.Application:
     app = web.Application(middlewares=[_errors, authenticate, permissions.authorize])
     app[SERVICE] = service
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
+    app.add_routes(schema_routes)  # before admin's too: .../{ns}/schemaCompatibilityStrategy and the like
+    app.add_routes(rate_routes)  # likewise .../{ns}/publishRate and the other rates
+    app.add_routes(policy_routes)  # likewise .../{ns}/messageTTL, backlogQuota, ...
+    app.add_routes(topic_admin_routes)  # .../{ns}/unload and .../{ns}/topics before .../{ns}/{policy}
     app.add_routes(routes)
+    app.add_routes(broker_routes)
     app.add_routes(cluster_routes)
+    app.add_routes(compaction_routes)
     return app
 
 

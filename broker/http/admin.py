@@ -266,6 +266,7 @@ _NS_FLAGS = {
     "maxConsumersPerSubscription": ("max_consumers_per_subscription", int),
     "maxUnackedMessagesPerConsumer": ("max_unacked_messages_per_consumer", int),
     "maxUnackedMessagesPerSubscription": ("max_unacked_messages_per_subscription", int),
+    "compactionThreshold": ("compaction_threshold", int),  # bytes after the compaction horizon
 }
 
 
@@ -348,10 +349,13 @@ async def delete_partitioned(request):
     count = await service.resources.partition_count(topic)
     if count == 0:
         raise NotFoundError(f"partitioned topic {topic} does not exist")
+    force = request.query.get("force", "false").lower() == "true"
     for i in range(count):
         if await service.factory.exists(topic.partition(i).managed_ledger_name):
-            await service.delete_topic(topic.partition(i))
+            await service.delete_topic(topic.partition(i), force=force)
     await service.resources.delete_partitioned_topic(topic)
+    await service.resources.delete_topic_policies(topic)
+    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
     return web.Response(status=204)
 
 
@@ -365,10 +369,11 @@ async def create_topic(request):
 @routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}")
 @requires(Need.TENANT_ADMIN)
 async def delete_topic(request):
+    """``?force=true`` disconnects the topic's producers and consumers first (else 405 while any is connected)."""
     service, topic = _service(request), _topic(request)
     if not await service.factory.exists(topic.managed_ledger_name):
         raise NotFoundError(f"topic {topic} does not exist")
-    await service.delete_topic(topic)
+    await service.delete_topic(topic, force=request.query.get("force", "false").lower() == "true")
     return web.Response(status=204)
 
 
@@ -412,7 +417,9 @@ async def partitioned_stats(request):
     for i in range(count):
         parts[str(topic.partition(i))] = (await service.get_topic(topic.partition(i), create=True)).stats()
     total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog")}
-    return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts})
+    # Pulsar's perPartition defaults to true; false leaves the per-partition stats out.
+    per_partition = request.query.get("perPartition", "true").lower() != "false"
+    return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})
 
 
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")

@@ -58,6 +58,12 @@ class _BrokerCollector:
         yield c_out
         yield sub_backlog
         yield GaugeMetricFamily("pulsar_active_connections", "client connections", value=len(service.connections))
+        buffered = [conn.transport.get_write_buffer_size() for conn in list(service.connections)
+                    if conn.transport is not None and not conn.closed]
+        yield GaugeMetricFamily("pulsar_connection_write_buffer_bytes", "reply bytes not yet taken by the clients",
+                                value=sum(buffered))
+        yield GaugeMetricFamily("pulsar_connection_write_buffer_max_bytes",
+                                "the most reply bytes waiting for any one client", value=max(buffered, default=0))
         yield GaugeMetricFamily("pulsar_topics_count", "topics loaded in this broker", value=len(service.topics))
 
 

@@ -27,6 +27,10 @@ from typing import Callable
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError, metadata_errors
 from broker.ownership.bundles import NamespaceBundles
 from broker.topics.names import check_segment
+from broker.topics.lifecycle_policies import (
+    PolicyDocumentError, check_inactive_topic_policies, check_minutes, check_persistence, check_quota_map, check_ttl,
+)
+from broker.topics.rate_limits import DISPATCH_RATE_FIELDS, PUBLISH_RATE_FIELDS, check_rate_map
 from magnetar.topic_name import NamespaceName, TopicName, encode_local_name
 from storage.errors import BadVersionError, NodeExistsError, NoNodeError
 from storage.metadata import MetadataStore
@@ -34,6 +38,7 @@ from storage.metadata import MetadataStore
 POLICIES_ROOT = "/admin/policies"
 LOCAL_POLICIES_ROOT = "/admin/local-policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
+TOPIC_POLICIES_ROOT = "/admin/topic-policies"  # ours: Pulsar keeps them in a system topic, see docs/broker.md
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
 # Pulsar's AuthAction values. Only produce and consume are checked here; the others are stored, as Pulsar's
@@ -114,6 +119,13 @@ def empty_auth_policies() -> dict:
     return {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}
 
 
+_PULSAR_JSON_NAMES = {  # policies stored under Pulsar's own JSON names
+    "publish_max_message_rate": "publishMaxMessageRate",
+    "topic_dispatch_rate": "topicDispatchRate",
+    "subscription_dispatch_rate": "subscriptionDispatchRate",
+}
+
+
 @dataclass(frozen=True)
 class NamespacePolicies:
     """A namespace's policies; -1/None means "use the broker's default"."""
@@ -126,10 +138,32 @@ class NamespacePolicies:
     max_consumers_per_subscription: int | None = None
     max_unacked_messages_per_consumer: int | None = None
     max_unacked_messages_per_subscription: int | None = None
+    compaction_threshold: int | None = None  # bytes after the compaction horizon that start a run; 0 = off
     auth_policies: dict | None = None  # Pulsar's shape, see normalize_auth_policies; None = no grants
+    # Schema policies (broker/schemas): a strategy name, None = the broker's default.
+    schema_compatibility_strategy: str | None = None
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool | None = None
+    # Rates per cluster name, {cluster: PublishRate or DispatchRate document} as Pulsar stores them
+    # (broker/http/rate_policies.py checks them, broker/topics/throttling.py applies them).
+    publish_max_message_rate: dict | None = None
+    topic_dispatch_rate: dict | None = None
+    subscription_dispatch_rate: dict | None = None
+    # Message lifecycle (broker/topics/lifecycle_policies.py checks the documents; names are Pulsar's).
+    message_ttl_in_seconds: int | None = None
+    backlog_quota_map: dict | None = None
+    persistence: dict | None = None
+    inactive_topic_policies: dict | None = None
+    subscription_expiration_time_minutes: int | None = None
 
     def to_json(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if v is not None and not k.startswith("retention")}
+        out = {k: v for k, v in asdict(self).items()
+               if v is not None and not k.startswith("retention") and k not in _PULSAR_JSON_NAMES}
+        for attr, name in _PULSAR_JSON_NAMES.items():
+            if getattr(self, attr):
+                out[name] = getattr(self, attr)
+        if self.topic_dispatch_rate:  # Pulsar writes both (clusterDispatchRate is the older name)
+            out["clusterDispatchRate"] = self.topic_dispatch_rate
         if self.retention_time_minutes is not None or self.retention_size_mb is not None:
             out["retention_policies"] = {
                 "retentionTimeInMinutes": self.retention_time_minutes or 0,
@@ -140,14 +174,38 @@ class NamespacePolicies:
     @classmethod
     def from_json(cls, doc: dict) -> "NamespacePolicies":
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in doc.items() if k in known}
+        values = {k: v for k, v in doc.items() if k in known and k not in _PULSAR_JSON_NAMES}
+        if doc.get("topicDispatchRate") is None and doc.get("clusterDispatchRate") is not None:
+            doc = {**doc, "topicDispatchRate": doc["clusterDispatchRate"]}
+        for attr, name in _PULSAR_JSON_NAMES.items():
+            if doc.get(name) is not None:
+                shape = PUBLISH_RATE_FIELDS if attr == "publish_max_message_rate" else DISPATCH_RATE_FIELDS
+                try:
+                    values[attr] = check_rate_map(doc[name], shape, name)
+                except ValueError as exc:
+                    raise InvalidPoliciesError(str(exc)) from exc
         if values.get("auth_policies") is not None:
             values["auth_policies"] = normalize_auth_policies(values["auth_policies"])
+        for name, check in _LIFECYCLE_CHECKS.items():
+            if values.get(name) is not None:
+                try:
+                    values[name] = check(values[name])
+                except PolicyDocumentError as exc:
+                    raise InvalidPoliciesError(str(exc)) from exc
         retention = doc.get("retention_policies")
         if retention:
             values["retention_time_minutes"] = int(retention.get("retentionTimeInMinutes", 0))
             values["retention_size_mb"] = int(retention.get("retentionSizeInMB", 0))
         return cls(**values)
+
+
+_LIFECYCLE_CHECKS = {
+    "message_ttl_in_seconds": check_ttl,
+    "backlog_quota_map": check_quota_map,
+    "persistence": check_persistence,
+    "inactive_topic_policies": check_inactive_topic_policies,
+    "subscription_expiration_time_minutes": lambda v: check_minutes(v, "subscriptionExpirationTimeMinutes"),
+}
 
 
 @dataclass(frozen=True)
@@ -234,17 +292,23 @@ class Resources:
         return NamespacePolicies.from_json(await self._get(self._ns_path(ns), f"namespace {ns} does not exist"))
 
     async def update_policies(self, ns: NamespaceName, **changes) -> NamespacePolicies:
-        """Read-modify-write of one namespace's policies, conditional on the version read."""
+        """Read-modify-write of one namespace's policies, conditional on the version read; a concurrent writer
+        (another broker's admin call) makes it read and apply again, ``_UPDATE_ATTEMPTS`` times, then
+        ConflictError."""
         path = self._ns_path(ns)
-        with metadata_errors(f"updating policies of {ns}"):
-            try:
-                data, stat = await self.store.get(path)
-                current = NamespacePolicies.from_json(json.loads(data))
-                updated = NamespacePolicies(**{**asdict(current), **changes})
-                await self.store.set(path, _dump(updated.to_json()), stat.version)
-            except NoNodeError as exc:
-                raise NotFoundError(f"namespace {ns} does not exist") from exc
-        return updated
+        for _ in range(_UPDATE_ATTEMPTS):
+            with metadata_errors(f"updating policies of {ns}"):
+                try:
+                    data, stat = await self.store.get(path)
+                    current = NamespacePolicies.from_json(json.loads(data))
+                    updated = NamespacePolicies(**{**asdict(current), **changes})
+                    await self.store.set(path, _dump(updated.to_json()), stat.version)
+                    return updated
+                except NoNodeError as exc:
+                    raise NotFoundError(f"namespace {ns} does not exist") from exc
+                except BadVersionError:
+                    continue
+        raise ConflictError(f"the policies of {ns} kept changing concurrently; retry")
 
     async def update_auth_policies(self, ns: NamespaceName, change: Callable[[dict], dict]) -> dict:
         """Apply ``change`` (canonical auth_policies -> new ones) to the namespace's permissions, conditionally on
@@ -274,6 +338,50 @@ class Resources:
             await self._delete(self._local_path(ns), "")
         except NotFoundError:
             pass  # never split
+
+    # ---- topic policies -------------------------------------------------
+
+    @staticmethod
+    def topic_policies_path(topic: TopicName) -> str:
+        """A partition shares its partitioned topic's policies, as in Pulsar."""
+        base = topic.partitioned_name if topic.partition_index >= 0 else topic
+        return f"{TOPIC_POLICIES_ROOT}/{base.namespace_name}/persistent/{encode_local_name(base.local_name)}"
+
+    async def get_topic_policies(self, topic: TopicName) -> NamespacePolicies:
+        """The topic's own policies (every field None when it has none)."""
+        with metadata_errors(f"reading the policies of {topic}"):
+            try:
+                data, _ = await self.store.get(self.topic_policies_path(topic))
+            except NoNodeError:
+                return NamespacePolicies()
+        return NamespacePolicies.from_json(json.loads(data))
+
+    async def update_topic_policies(self, topic: TopicName, **changes) -> NamespacePolicies:
+        """Conditional read-modify-write of the topic's policies (created on first use); a concurrent writer
+        makes it read again, ``_UPDATE_ATTEMPTS`` times, then ConflictError."""
+        path = self.topic_policies_path(topic)
+        for _ in range(_UPDATE_ATTEMPTS):
+            with metadata_errors(f"updating the policies of {topic}"):
+                try:
+                    try:
+                        data, stat = await self.store.get(path)
+                    except NoNodeError:
+                        updated = NamespacePolicies(**changes)
+                        await self.store.create(path, _dump(updated.to_json()), make_parents=True)
+                        return updated
+                    updated = NamespacePolicies(**{**asdict(NamespacePolicies.from_json(json.loads(data))), **changes})
+                    await self.store.set(path, _dump(updated.to_json()), stat.version)
+                    return updated
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+        raise ConflictError(f"the policies of {topic} kept changing concurrently; retry")
+
+    async def delete_topic_policies(self, topic: TopicName) -> None:
+        with metadata_errors(f"deleting the policies of {topic}"):
+            try:
+                await self.store.delete(self.topic_policies_path(topic))
+            except NoNodeError:
+                pass
 
     # ---- bundle boundaries (local policies) ------------------------------
 

@@ -22,6 +22,7 @@ import asyncio
 import logging
 
 from broker.server import dispatch, handlers
+from broker.server.command_budget import BUDGET_SPENT, CommandBudget
 from broker.server.outbound import Outbound
 from broker.server.tasks import CommandTasks
 from magnetar.asyncio.keepalive import KeepAliveTimer
@@ -32,7 +33,7 @@ from magnetar.protocol.session import PulsarSession, Role, SessionState
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
-FRAMES_PER_TURN = 100
+FRAMES_PER_TURN = 8
 FRAMES_WAITING = "frames read and not yet handled"
 
 
@@ -53,6 +54,9 @@ class ServerConnection(asyncio.Protocol):
         self.closed = False
         self.out = Outbound(self)
         self.tasks = CommandTasks(self)
+        self.budget = CommandBudget(self.config.max_control_commands_per_connection_per_s,
+                                    self.config.max_wasted_commands_per_connection_per_s)
+        self._budget_timer: asyncio.TimerHandle | None = None
         self._keep_alive = KeepAliveTimer(self.session, ping=lambda: self.write(T.PING, ping=pb.CommandPing()),
                                           dead=self._peer_silent)
         self._admitted = False
@@ -64,6 +68,8 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=self.config.pulsar_channel_write_buffer_high_water_mark,
+                                          low=self.config.pulsar_channel_write_buffer_low_water_mark)
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         refusal = self.service.connection_limits.admit(self._ip)
@@ -85,10 +91,15 @@ class ServerConnection(asyncio.Protocol):
     def handle_frames(self) -> None:
         """Handle what has arrived, at most FRAMES_PER_TURN frames per turn of the event loop: one read can hold
         thousands of small frames, and a client sending them back to back must not hold the loop (every other
-        client's turn) for all of them. Reading pauses until every frame read is handled."""
+        client's turn) for all of them. Reading pauses until every frame read is handled, and while the
+        connection has spent its command budget (broker.server.command_budget)."""
         for _ in range(FRAMES_PER_TURN):
             if self.closed:
                 return
+            wait_s = self.budget.wait_s()
+            if wait_s > 0 and self._budget_timer is None:
+                self.tasks.pause_reading(BUDGET_SPENT, hold_frames=True)
+                self._budget_timer = asyncio.get_running_loop().call_later(wait_s, self._budget_refilled)
             if self.tasks.holding_frames:
                 # Nothing more is read while frames already read wait: the session would queue them unbounded.
                 self.tasks.pause_reading(FRAMES_WAITING)
@@ -103,12 +114,19 @@ class ServerConnection(asyncio.Protocol):
             if frame is None:
                 self.tasks.resume_reading(FRAMES_WAITING)
                 return
+            self.budget.command(frame.command.type)
             dispatch.handle(self, frame)
         self.tasks.pause_reading(FRAMES_WAITING)
         asyncio.get_running_loop().call_soon(self.handle_frames)
 
+    def _budget_refilled(self) -> None:
+        self._budget_timer = None
+        self.tasks.resume_reading(BUDGET_SPENT)  # handles the frames held meanwhile
+
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
         self.session.close()
         self.service.connections.discard(self)
         self._keep_alive.cancel()
@@ -122,9 +140,11 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        self.tasks.unwritable()
 
     def resume_writing(self) -> None:
         self.writable = True
+        self.tasks.writable()
         for binding in list(self.consumers.values()):
             binding.subscription.dispatcher.wake()
 

@@ -37,6 +37,7 @@ def refuse(conn, exc: ProtocolViolation) -> None:
     """A command the session does not allow now. A second create of a producer still being created is
     answered ProducerBusy; anything else (e.g. a second CONNECT) is logged. The connection stays up."""
     cmd = exc.frame.command
+    conn.budget.wasted()
     if isinstance(exc, IllegalTransition) and cmd.type == T.PRODUCER:
         conn.out.error(cmd.producer.request_id, ProducerBusyError(
             f"producer {cmd.producer.producer_id} is still being created on this connection"))
@@ -45,6 +46,7 @@ def refuse(conn, exc: ProtocolViolation) -> None:
 
 
 def _answer(conn, cmd, exc: BrokerError) -> None:
+    conn.budget.wasted()
     request_id = request_id_of(cmd)
     if request_id is not None:
         conn.out.error(request_id, exc)

@@ -18,7 +18,7 @@ from broker.errors import (
     TopicFencedError, UnsupportedVersionError,
 )
 from broker.security.authorization import Need, check, effective_role
-from broker.server import auth_handshake
+from broker.server import auth_handshake, schema_commands
 from broker.server.field_bounds import check_producer, check_subscribe
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
@@ -42,6 +42,7 @@ _producer_names = itertools.count()
 class ProducerBinding:
     producer: Producer
     topic: object
+    schema_version: int | None = None
     # The retriable error an earlier SEND of this producer failed with. Every later SEND fails with it too, without
     # being stored, until the client creates the producer again and resends in order: otherwise a message already
     # pipelined behind the refused one could be stored before it (nemesis seed 11).
@@ -158,11 +159,8 @@ def on_get_topics_of_namespace(conn, frame) -> None:
     conn.tasks.spawn(run(), c.request_id)
 
 
-def on_get_schema(conn, frame) -> None:
-    c = frame.command.getSchema
-    # Topics carry no stored schema here: answer like Pulsar does for a topic without one.
-    conn.write(T.GET_SCHEMA_RESPONSE, getSchemaResponse=pb.CommandGetSchemaResponse(
-        request_id=c.request_id, error_code=pb.TopicNotFound, error_message=f"no schema stored for {c.topic}"))
+on_get_schema = schema_commands.on_get_schema
+on_get_or_create_schema = schema_commands.on_get_or_create_schema
 
 
 # ---- producers ---------------------------------------------------------------
@@ -176,9 +174,10 @@ def on_producer(conn, frame) -> None:
     existing = conn.producers.get(c.producer_id)
     if existing is not None:  # a retry of a create that already succeeded
         existing.failed = None  # the client resends what is pending after this, in order
-        _producer_success(conn, c.request_id, existing.producer, existing.topic)
+        _producer_success(conn, c.request_id, existing.producer, existing.topic, existing.schema_version)
         return
     topic_name = parse_topic(c.topic)
+    schema = schema_commands.schema_of(c)
     mode = AccessMode(c.producer_access_mode) if c.HasField("producer_access_mode") else AccessMode.Shared
     name = c.producer_name if c.HasField("producer_name") and c.producer_name else \
         f"{conn.config.cluster_name}-{conn.config.broker_id}-{next(_producer_names)}"
@@ -187,27 +186,30 @@ def on_producer(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.PRODUCE)
         topic = await conn.service.get_topic(topic_name, create=True)
+        schema_version = await conn.service.schemas.for_producer(topic_name, schema, topic.policies)
         wait = await topic.add_producer(producer, c.topic_epoch if c.HasField("topic_epoch") else None)
         if conn.closed or conn.session.opened_by("producers", c.producer_id) != c.request_id:
             topic.remove_producer(producer)  # closed (and perhaps opened again) while we were creating it
             conn.session.abandon(c.request_id)
             return
-        conn.producers[c.producer_id] = ProducerBinding(producer, topic)
+        conn.producers[c.producer_id] = ProducerBinding(producer, topic, schema_version)
         conn.service.authorization.admitted(topic, checked_at)
         if wait is not None:
             conn.write(T.PRODUCER_SUCCESS, producer_success=pb.CommandProducerSuccess(
                 request_id=c.request_id, producer_name=name, last_sequence_id=-1, producer_ready=False))
             await wait
-        _producer_success(conn, c.request_id, producer, topic)
+        _producer_success(conn, c.request_id, producer, topic, schema_version)
 
     conn.tasks.spawn(run(), c.request_id, close_when_not_ready=True)
 
 
-def _producer_success(conn, request_id: int, producer: Producer, topic) -> None:
+def _producer_success(conn, request_id: int, producer: Producer, topic, schema_version: int | None) -> None:
     success = pb.CommandProducerSuccess(
         request_id=request_id, producer_name=producer.name,
         last_sequence_id=topic.dedup.last_sequence_id(producer.name), producer_ready=True,
     )
+    if schema_version is not None:
+        success.schema_version = schema_commands.encode_version(schema_version)
     if producer.access_mode.exclusive:
         success.topic_epoch = producer.epoch
     conn.write(T.PRODUCER_SUCCESS, producer_success=success)
@@ -218,6 +220,7 @@ def on_send(conn, frame) -> None:
     binding = conn.producers.get(c.producer_id)
 
     def error(exc: BrokerError) -> None:
+        conn.budget.wasted()
         conn.write(T.SEND_ERROR, send_error=pb.CommandSendError(
             producer_id=c.producer_id, sequence_id=c.sequence_id, error=exc.code, message=str(exc)))
 
@@ -243,6 +246,8 @@ def on_send(conn, frame) -> None:
     highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else c.sequence_id
     size = len(frame.headers_and_payload)
     conn.tasks.send_started(size)
+    topic.rates.on_send(conn, num_messages, size)  # publish rates: may pause this connection's reading
+    conn.service.publish_rate.on_send(conn, num_messages, size)
 
     async def run():
         try:
@@ -317,6 +322,7 @@ def on_subscribe(conn, frame) -> None:
     durable = c.durable if c.HasField("durable") else True
     initial = InitialPosition.EARLIEST if c.initialPosition == pb.CommandSubscribe.Earliest else InitialPosition.LATEST
     start, inclusive = _start_position(c)
+    schema = schema_commands.schema_of(c)
     if c.HasField("start_message_id") and c.start_message_id.ledgerId >= 1 << 63:
         initial = InitialPosition.EARLIEST
     consumer = Consumer(
@@ -328,8 +334,9 @@ def on_subscribe(conn, frame) -> None:
     async def run():
         checked_at = await check(conn.service, effective_role(conn), topic_name, Need.CONSUME)
         topic = await conn.service.get_topic(topic_name, create=c.force_topic_creation if c.HasField("force_topic_creation") else True)
+        await conn.service.schemas.for_consumer(topic_name, schema, schema_commands.topic_is_idle(topic), topic.policies)
         sub = await topic.subscribe(consumer, c.subscription, sub_type, durable=durable, initial_position=initial,
-                                    start=start, start_inclusive=inclusive)
+                                    start=start, start_inclusive=inclusive, read_compacted=c.read_compacted)
         if conn.closed:
             await sub.remove_consumer(consumer)
             return
@@ -364,6 +371,10 @@ def on_ack(conn, frame) -> None:
     ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
+    pending, cursor = binding.consumer.pending, binding.subscription.cursor
+    invented = sum(1 for position, _, _ in ids if position not in pending and not cursor.exists(position))
+    if invented:
+        conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
     conn.tasks.ack_started(len(ids))
 
     async def run():
@@ -446,7 +457,8 @@ def on_get_last_message_id(conn, frame) -> None:
     binding = _binding(conn, c.consumer_id)
 
     async def run():
-        position, batch_index = await binding.topic.last_message_id()
+        compacted = getattr(binding.subscription.cursor, "reads_compacted", False)
+        position, batch_index = await binding.topic.last_message_id(compacted=compacted)
         partition = binding.consumer.partition_index
         last = pb.MessageIdData(ledgerId=position.ledger_id & ((1 << 64) - 1), entryId=position.entry_id & ((1 << 64) - 1),
                                 partition=partition, batch_index=batch_index)
@@ -478,6 +490,7 @@ TABLE = {
     T.LOOKUP: on_lookup,
     T.GET_TOPICS_OF_NAMESPACE: on_get_topics_of_namespace,
     T.GET_SCHEMA: on_get_schema,
+    T.GET_OR_CREATE_SCHEMA: on_get_or_create_schema,
     T.PRODUCER: on_producer,
     T.SEND: on_send,
     T.CLOSE_PRODUCER: on_close_producer,

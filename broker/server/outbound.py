@@ -42,6 +42,10 @@ class Outbound:
         """The broker closes a consumer (topic unloaded, subscription reset): the client subscribes again."""
         self.conn.write(T.CLOSE_CONSUMER, close_consumer=pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=0))
 
+    def reached_end_of_topic(self, consumer_id: int) -> None:
+        self.conn.write(T.REACHED_END_OF_TOPIC,
+                        reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=consumer_id))
+
     def close_producer(self, producer_id: int) -> None:
         """The broker closes a producer (fenced, topic unloaded): the client reconnects through lookup."""
         self.conn.producers.pop(producer_id, None)

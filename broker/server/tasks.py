@@ -1,5 +1,5 @@
 """The asynchronous parts of one connection's commands, and the reasons its reading is paused (unanswered sends,
-the broker-wide publish buffer: broker.server.limits)."""
+unapplied acks, replies the client has not read, the broker-wide publish buffer: broker.server.limits)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ PENDING_SEND_BYTES = "unanswered send bytes"
 # of the clients (ackGroupingMaxSize, 1,000 ids) may be in flight.
 MAX_PENDING_ACK_IDS = 1000
 PENDING_ACKS = "unapplied acks"
+# Pulsar's pulsarChannelPauseReceivingRequestsIfUnwritable: replies not yet taken by the client are over the
+# connection's high-water mark. As in Pulsar, the frames already read are still handled (at most one read's
+# worth, so their replies are bounded too); holding them would bound a little tighter but also hold the ACKs
+# and FLOWs of a client that is merely slow to read.
+UNWRITABLE = "unsent replies over the high-water mark"
 
 
 class CommandTasks:
@@ -33,6 +38,9 @@ class CommandTasks:
         self.pending_send_bytes = 0
         self.pending_ack_ids = 0
         self._paused_for: set[str] = set()  # why reading is paused (PENDING_SENDS, limits.PUBLISH_BUFFER)
+        # The reasons that also hold frames already read (PENDING_ACKS; a topic's publish rate, which must not let
+        # the hundreds of small SENDs one socket read can hold through after it is used up).
+        self._holding: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
 
     def spawn(self, coro, request_id: int | None = None, *, close_when_not_ready: bool = False) -> asyncio.Task:
@@ -60,6 +68,7 @@ class CommandTasks:
         except asyncio.CancelledError:
             raise
         except BrokerError as exc:
+            conn.budget.wasted()
             if request_id is not None:
                 conn.out.error(request_id, exc)
             if close_when_not_ready and isinstance(exc, ServiceNotReadyError):
@@ -95,29 +104,41 @@ class CommandTasks:
     def ack_started(self, ids: int) -> None:
         self.pending_ack_ids += ids
         if self.pending_ack_ids >= MAX_PENDING_ACK_IDS:
-            self.pause_reading(PENDING_ACKS)
+            self.pause_reading(PENDING_ACKS, hold_frames=True)
 
     def ack_finished(self, ids: int) -> None:
         self.pending_ack_ids -= ids
-        if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2 and PENDING_ACKS in self._paused_for:
+        if self.pending_ack_ids <= MAX_PENDING_ACK_IDS // 2:
             self.resume_reading(PENDING_ACKS)
-            if not self.conn.closed:
-                asyncio.get_running_loop().call_soon(self.conn.handle_frames)  # the frames held meanwhile
+
+    def unwritable(self) -> None:
+        if self.conn.config.pulsar_channel_pause_receiving_requests_if_unwritable:
+            self.pause_reading(UNWRITABLE)
+
+    def writable(self) -> None:
+        self.resume_reading(UNWRITABLE)
 
     @property
     def holding_frames(self) -> bool:
-        """Frames already read wait too (the connection's next ACK may be in them)."""
-        return PENDING_ACKS in self._paused_for
+        """Frames already read wait too (the connection's next ACK, or next SEND, may be in them)."""
+        return bool(self._holding)
 
-    def pause_reading(self, reason: str) -> None:
-        """Stop reading this connection's socket for ``reason``; it reads again once no reason is left."""
+    def pause_reading(self, reason: str, *, hold_frames: bool = False) -> None:
+        """Stop reading this connection's socket for ``reason``; it reads again once no reason is left. With
+        ``hold_frames`` the frames already read wait as well, and are handled once no such reason is left."""
         if not self._paused_for and self.conn.transport is not None and not self.conn.closed:
             self.conn.transport.pause_reading()
         self._paused_for.add(reason)
+        if hold_frames:
+            self._holding.add(reason)
 
     def resume_reading(self, reason: str) -> None:
         if reason not in self._paused_for:
             return
         self._paused_for.discard(reason)
+        if reason in self._holding:
+            self._holding.discard(reason)
+            if not self._holding and not self.conn.closed:
+                asyncio.get_running_loop().call_soon(self.conn.handle_frames)  # the frames held meanwhile
         if not self._paused_for and not self.conn.closed:
             self.conn.transport.resume_reading()

@@ -36,6 +36,10 @@ class DispatchedEntry:
         return min(self.num_messages, sum(bin(w & 0xFFFF_FFFF_FFFF_FFFF).count("1") for w in self.ack_set))
 
 
+def _ignores_end_of_topic(client_version: str) -> bool:
+    return client_version.startswith(("Pulsar-CPP", "Pulsar-C-", "Pulsar-Python"))
+
+
 @dataclass(eq=False)
 class Consumer:
     consumer_id: int
@@ -53,6 +57,19 @@ class Consumer:
     bytes_out: int = 0
     redeliveries: int = 0
     connected_since_ms: int = 0
+    told_end_of_topic: bool = False
+
+    def reached_end_of_topic(self) -> None:
+        """The topic is terminated and this consumer has been sent all of it: REACHED_END_OF_TOPIC, once.
+
+        Not to the C++ client and the clients built on it (Python, C): version 3.x treats the command as
+        invalid and drops the connection, then reconnects into the same answer, forever. Those consumers
+        simply wait at the end, as before termination; their producers are refused all the same."""
+        if _ignores_end_of_topic(getattr(self.connection, "client_version", "")):
+            self.told_end_of_topic = True
+        if not self.told_end_of_topic:
+            self.told_end_of_topic = True
+            self.connection.out.reached_end_of_topic(self.consumer_id)
 
     @property
     def address(self) -> str:

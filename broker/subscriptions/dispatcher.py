@@ -60,6 +60,11 @@ class Dispatcher(abc.ABC):
         self.max_read_batch_size = max_read_batch_size
         self.max_read_bytes = DEFAULT_MAX_READ_BYTES  # Pulsar's dispatcherMaxReadSizeBytes; set from the config
         self._avg_entry_bytes = 0.0  # recent entries' size, to turn the byte bound into an entry count
+        # The dispatch rates (broker.topics.throttling.SubscriptionRates: wait() and entries()); None = no limit.
+        self.rate_limits = None
+        # The broker-wide bound on bytes read and not yet handed out (reads_in_flight.ReadsInFlight); None = none.
+        self.reads_in_flight = None
+        self._reserved = 0  # bytes of it this dispatcher's current read holds
         self.consumers: list[Consumer] = []
         self.redelivery = RedeliveryTracker()
         self._wakeup = asyncio.Event()
@@ -127,35 +132,59 @@ class Dispatcher(abc.ABC):
             if not self.ready():
                 await self._wakeup.wait()
                 continue
+            if self.rate_limits is not None:
+                wait_s = self.rate_limits.wait()
+                if wait_s is not None:  # the dispatch rate is used up for this period
+                    await self._pause(wait_s)
+                    continue
             try:
-                entries = await self.read(self.read_count())
-            except asyncio.CancelledError:
-                raise
-            except StorageError as exc:
-                log.warning("read for subscription %s failed: %s", self.subscription.name, exc)
-                await self._backoff()
-                continue
-            except Exception:  # a bug here must not end delivery for good: a dead loop is a silent stall
-                log.exception("dispatch loop of subscription %s failed; it goes on", self.subscription.name)
-                await self._backoff()
-                continue
-            if entries is None:  # woken while waiting at the tail: decide again
-                continue
-            try:
-                sent = self.dispatch(entries)
-            except Exception:
-                log.exception("dispatching to subscription %s failed; it goes on", self.subscription.name)
-                self.cursor.rewind()  # what was read may not have gone out: read it again
-                await self._backoff()
+                sent = await self._read_and_dispatch(self.rate_bounded(self.read_count()))
+            finally:
+                self._release_read()
+            if sent is None:
                 continue
             if not sent:
                 await self._wakeup.wait()  # nothing could be handed out: wait for permits or consumers
 
-    async def _backoff(self) -> None:
+    async def _read_and_dispatch(self, count: int) -> bool | None:
+        """One read and its hand-out: whether anything was sent, or None to decide again."""
         try:
-            await asyncio.wait_for(self._wakeup.wait(), 0.1)
+            entries = await self.read(count)
+        except asyncio.CancelledError:
+            raise
+        except StorageError as exc:
+            log.warning("read for subscription %s failed: %s", self.subscription.name, exc)
+            await self._backoff()
+            return None
+        except Exception:  # a bug here must not end delivery for good: a dead loop is a silent stall
+            log.exception("dispatch loop of subscription %s failed; it goes on", self.subscription.name)
+            await self._backoff()
+            return None
+        if entries is None:  # woken while waiting at the tail: decide again
+            return None
+        try:
+            return self.dispatch(entries)
+        except Exception:
+            log.exception("dispatching to subscription %s failed; it goes on", self.subscription.name)
+            self.cursor.rewind()  # what was read may not have gone out: read it again
+            await self._backoff()
+            return None
+
+    async def _backoff(self) -> None:
+        await self._pause(0.1)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if woken (the loop then decides again)."""
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+    def rate_bounded(self, count: int) -> int:
+        """``count`` entries, or fewer when the dispatch rates allow fewer messages or bytes this period."""
+        if self.rate_limits is None:
+            return count
+        return self.rate_limits.entries(count, self._avg_entry_bytes)
 
     async def read_tail(self, count: int) -> list | None:
         """Read from the cursor; at the tail, wait for a publish or a wake-up (then None).
@@ -166,6 +195,9 @@ class Dispatcher(abc.ABC):
         dropped by the cancelled loop: a consumer of the shedding test lost exactly one batch that way.)
         """
         if not self.cursor.has_more_entries():
+            if self.subscription.topic.terminated:  # all of a terminated topic was read: nothing more will come
+                for consumer in self.consumers:
+                    consumer.reached_end_of_topic()
             arrived = asyncio.ensure_future(self.cursor.wait_for_entries())
             woken = asyncio.ensure_future(self._wakeup.wait())
             try:
@@ -177,9 +209,22 @@ class Dispatcher(abc.ABC):
                 raise arrived.exception()  # the managed ledger closed or was fenced
             if not self.cursor.has_more_entries():
                 return None
-        entries = await self.cursor.read_entries(self.bounded_by_bytes(count))
+        count = self.bounded_by_bytes(count)
+        await self.reserve_read(count)
+        entries = await self.cursor.read_entries(count)
         self._note_sizes(entries)
         return entries
+
+    async def reserve_read(self, count: int) -> None:
+        """Take a read of ``count`` entries out of the broker-wide bound; the loop gives it back once the entries
+        are handed out. Called just before storage is asked, never while waiting at the tail."""
+        if self.reads_in_flight is not None and not self._reserved:
+            self._reserved = await self.reads_in_flight.acquire(self.read_bytes(count))
+
+    def _release_read(self) -> None:
+        if self._reserved:
+            self.reads_in_flight.release(self._reserved)
+            self._reserved = 0
 
     def bounded_by_bytes(self, count: int) -> int:
         """``count`` entries, or fewer when entries of the recent average size would exceed ``max_read_bytes``:
@@ -187,6 +232,10 @@ class Dispatcher(abc.ABC):
         if self._avg_entry_bytes <= 0:
             return count
         return max(1, min(count, int(self.max_read_bytes // self._avg_entry_bytes)))
+
+    def read_bytes(self, count: int) -> int:
+        """What a read of ``count`` entries is expected to bring in (recent average size; 1 KiB before any)."""
+        return int(min(self.max_read_bytes, count * (self._avg_entry_bytes or 1024)))
 
     def _note_sizes(self, entries) -> None:
         for entry in entries:

@@ -529,6 +529,7 @@ class KeySharedDispatcher(SharedDispatcher):
             for p in positions:
                 self.replay.discard(p)
             self._reading_replay = True
+            await self.reserve_read(len(positions))
             return await self.subscription.read_positions(positions)
         self._reading_replay = False
         if len(self.replay) >= self.look_ahead_limit():

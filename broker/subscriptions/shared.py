@@ -127,6 +127,7 @@ class SharedDispatcher(Dispatcher):
     async def read(self, count: int):
         if len(self.replay):
             positions = self.replay.pop(count)
+            await self.reserve_read(len(positions))
             return await self.subscription.read_positions(positions)
         return await self.read_tail(count)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from broker.errors import ConsumerBusyError, NotAllowedError, SubscriptionNotFoundError, persistence_errors
 from broker.subscriptions import SubscriptionType
@@ -62,6 +63,7 @@ class Subscription:
         self.msg_out = 0
         self.bytes_out = 0
         self.closed = False
+        self.idle_since = time.monotonic()  # when its last consumer left (subscription expiry)
         self._resetting: asyncio.Future | None = None
 
     @property
@@ -89,6 +91,8 @@ class Subscription:
         shared = sub_type in (SubscriptionType.Shared, SubscriptionType.Key_Shared)
         consumer.max_unacked_messages = self.topic.limit("max_unacked_messages_per_consumer") if shared else 0
         self.dispatcher.add_consumer(consumer)
+        if self.topic.terminated and not self.cursor.has_more_entries():
+            consumer.reached_end_of_topic()
 
     def _new_dispatcher(self, sub_type: SubscriptionType, partition_index: int) -> None:
         old = self.dispatcher
@@ -109,12 +113,16 @@ class Subscription:
             self.dispatcher = SingleActiveConsumerDispatcher(
                 self, batch, partition_index, failover=sub_type is SubscriptionType.Failover)
         self.dispatcher.max_read_bytes = config.dispatcher_max_read_size_bytes
+        self.dispatcher.rate_limits = self.topic.rates.for_subscription(self.name)
+        self.dispatcher.reads_in_flight = getattr(self.topic.service, "reads_in_flight", None)
         self.type = sub_type
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if self.dispatcher is None:
             return
         released = self.dispatcher.remove_consumer(consumer)
+        if not self.dispatcher.consumers:
+            self.idle_since = time.monotonic()
         if released and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
             await self.dispatcher.redeliver_released(released)
         if not self.dispatcher.consumers and not self.durable:
@@ -202,6 +210,26 @@ class Subscription:
             return None
         return bitset_to_longs(set(range(entry.num_messages)) - set(acked), entry.num_messages)
 
+    def limits_changed(self) -> None:
+        """The topic's policies changed: connected consumers take the new unacked-messages limit."""
+        if self.type not in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
+            return
+        for consumer in self.consumers:
+            consumer.max_unacked_messages = self.topic.limit("max_unacked_messages_per_consumer")
+            consumer.acked()  # re-judges blocking against the new limit
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
+
+    def dispatcher_moved(self) -> None:
+        """An admin move of the mark-delete position (skip, clear-backlog, expiry, eviction): what consumers hold
+        up to it counts as acknowledged, and the dispatcher goes on from there."""
+        if self.dispatcher is None:
+            return
+        for consumer in self.consumers:
+            for p in consumer.pending.remove_up_to(self.cursor.mark_delete_position):
+                self.dispatcher.redelivery.remove(p)
+        self.dispatcher.on_ack()
+
     async def redeliver(self, consumer: Consumer, positions: list | None) -> None:
         await self.dispatcher.redeliver(consumer, positions)
 
@@ -243,9 +271,13 @@ class Subscription:
     # ---- stats -----------------------------------------------------------
 
     def record_out(self, entries) -> None:
+        messages = nbytes = 0
         for e in entries:
-            self.msg_out += e.num_messages
-            self.bytes_out += len(e.data)
+            messages += e.num_messages
+            nbytes += len(e.data)
+        self.msg_out += messages
+        self.bytes_out += nbytes
+        self.topic.rates.dispatched(self.name, messages, nbytes)
         self.topic.record_out(entries)
 
     @property

@@ -19,13 +19,18 @@ import time
 
 from broker.errors import (
     BrokerError, ConsumerBusyError, NotAllowedError, PersistenceError, ProducerBusyError, ServiceNotReadyError,
-    SubscriptionNotFoundError, TopicFencedError, from_storage,
+    SubscriptionNotFoundError, TopicFencedError, TopicTerminatedError, from_storage,
 )
+from broker.compaction.compactor import TopicCompaction
+from broker.compaction.model import CURSOR_NAME as COMPACTION_CURSOR
+from broker.compaction.view import plain_view, read_compacted as read_compacted_view
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
+from broker.topics import lifecycle
 from broker.topics.dedup import CURSOR_NAME as DEDUP_CURSOR, Deduplication, DupStatus
 from broker.topics.producer import AccessMode, Producer, Verdict, admit
+from broker.topics.throttling import TopicRates
 from magnetar.protocol.frames import parse_headers_and_payload
 from magnetar.topic_name import TopicName
 from storage.errors import StorageError
@@ -35,13 +40,24 @@ log = logging.getLogger(__name__)
 
 DUPLICATE = Position(-1, -1)
 
+# Policies whose broker default has another name in the config (None: no broker-wide default).
+_CONFIG_DEFAULTS = {
+    "message_ttl_in_seconds": "ttl_duration_default_in_seconds",
+    "backlog_quota_map": None, "persistence": None, "inactive_topic_policies": None,
+    "retention_time_minutes": None, "retention_size_mb": None,
+}
+
 
 class PersistentTopic:
-    def __init__(self, service, name: TopicName, ml, policies):
+    def __init__(self, service, name: TopicName, ml, policies, topic_policies=None):
         self.service = service
         self.name = name
         self.ml = ml
-        self.policies = policies
+        self.policies = policies  # the namespace's
+        self.topic_policies = topic_policies  # the topic's own (override the namespace's); None = none
+        self._applying: asyncio.Lock = asyncio.Lock()
+        self.last_active = time.monotonic()  # the last publish, or producer or consumer coming or going
+        self.quota_enforcements = 0  # backlog quota enforcements (stats)
         self.config = service.config
         # Insertion-ordered sets, so a connection creating thousands of producers costs O(1) per create and close.
         self.producers: dict[Producer, None] = {}
@@ -58,21 +74,80 @@ class PersistentTopic:
         self.msg_in = self.bytes_in = self.msg_out = self.bytes_out = 0
         self.last_batch_size = None  # messages in the last entry, known once read or written here
         self.created_ms = int(time.time() * 1000)
+        self.compaction = TopicCompaction(self)
+        self.rates = TopicRates(self)  # publish and dispatch rates (broker/topics/throttling.py)
+        self.closing_hooks: list = []  # called once when the topic closes (e.g. to stop watching its policies)
 
     @classmethod
-    async def load(cls, service, name: TopicName, ml, policies) -> "PersistentTopic":
-        topic = cls(service, name, ml, policies)
+    async def load(cls, service, name: TopicName, ml, policies, topic_policies=None) -> "PersistentTopic":
+        topic = cls(service, name, ml, policies, topic_policies)
         for cursor_name, cursor in list(ml.cursors.items()):
-            if cursor_name != DEDUP_CURSOR:
+            if cursor_name not in (DEDUP_CURSOR, COMPACTION_CURSOR):
                 topic.subscriptions[cursor_name] = Subscription(topic, cursor_name, cursor, durable=True)
         if topic.limit("deduplication_enabled"):
             await topic.dedup.enable(ml)
+        await topic.compaction.restore()
         return topic
 
     def limit(self, name: str):
-        """A namespace policy if set, else the broker default."""
-        value = getattr(self.policies, name, None)
-        return getattr(self.config, name) if value is None else value
+        """The topic's own policy if set, else the namespace's, else the broker default."""
+        value = getattr(self.topic_policies, name, None)
+        if value is None:
+            value = getattr(self.policies, name, None)
+        if value is not None:
+            return value
+        default = _CONFIG_DEFAULTS.get(name, name)
+        return None if default is None else getattr(self.config, default, None)
+
+    def apply_policies(self, policies) -> None:
+        """The namespace's policies changed: limits read from them apply from now on, rates at once, the rest
+        (dedup, retention and persistence, unacked limits, TTL and quota) in a task of its own."""
+        self.policies = policies
+        self.rates.apply(policies)
+        self.spawn(self._apply_live())
+
+    def apply_topic_policies(self, topic_policies) -> None:
+        self.topic_policies = topic_policies
+        self.spawn(self._apply_live())
+
+    async def _apply_live(self) -> None:
+        async with self._applying:  # one at a time: two quick changes must not toggle dedup concurrently
+            if self.closed:
+                return
+            try:
+                want_dedup = bool(self.limit("deduplication_enabled"))
+                if want_dedup and not self.dedup.enabled:
+                    await self.dedup.enable(self.ml)
+                elif not want_dedup and self.dedup.enabled:
+                    await self.dedup.disable(self.ml)
+                self.ml.config = self.service.managed_ledger_config_for(self.policies, self.topic_policies)
+                for sub in list(self.subscriptions.values()):
+                    sub.limits_changed()
+                await lifecycle.enforce_backlog_quota(self)
+                await lifecycle.expire_by_ttl(self)
+            except (BrokerError, StorageError) as exc:
+                log.warning("applying the policies of %s: %s", self.name, exc)
+
+    # ---- termination ------------------------------------------------------
+
+    @property
+    def terminated(self) -> bool:
+        return self.ml.info.terminated
+
+    async def terminate(self) -> Position:
+        """No more messages: producers are closed (and refused from now on), consumers are told
+        REACHED_END_OF_TOPIC once they have read everything. Returns the last message's position."""
+        self._check_open()
+        if not self.terminated:
+            self.ml.info.terminated = True
+            await self._guard(self.ml.write_info())
+        for producer in list(self.producers):
+            self.remove_producer(producer)
+            producer.connection.out.close_producer(producer.producer_id)
+        for sub in self.subscriptions.values():
+            if sub.dispatcher is not None:
+                sub.dispatcher.wake()
+        return self.ml.last_confirmed_entry
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -85,6 +160,11 @@ class PersistentTopic:
     async def add_producer(self, producer: Producer, requested_epoch: int | None) -> asyncio.Future | None:
         """Admit a producer; for WaitForExclusive returns a future that resolves when it is admitted."""
         self._check_open()
+        if self.terminated:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
+        await lifecycle.admit_producer(self)
+        self._check_open()
+        self.last_active = time.monotonic()
         limit = self.limit("max_producers_per_topic")
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError(f"topic {self.name} reached its limit of {limit} producers")
@@ -128,6 +208,9 @@ class PersistentTopic:
                       num_messages: int, data: bytes) -> Position:
         """Persist one entry; returns its position (DUPLICATE for a deduplicated resend)."""
         self._check_open()
+        if self.terminated:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
+        self.last_active = time.monotonic()
         ownership = self.service.ownership
         if ownership is not None and not ownership.writable:
             raise ServiceNotReadyError(f"broker is re-verifying its ownership of {self.name}; retry")
@@ -138,11 +221,21 @@ class PersistentTopic:
             raise PersistenceError(f"sequence id {sequence_id} of {producer.name!r} is still being stored; retry")
         self._publishing += 1
         self._idle.clear()
+        # The store runs to its end even when the publishing connection goes away and its task is cancelled:
+        # deduplication must learn whether the entry was stored (persisted) or not (forgotten), or every resend of
+        # this sequence id is answered "still being stored" for ever (seen in the nemesis's long runs).
+        return await asyncio.shield(self._store(producer, sequence_id, highest_sequence_id, num_messages, data))
+
+    async def _store(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+                     data: bytes) -> Position:
         try:
             position = await self.ml.add_entry(data)
         except StorageError as exc:
             self.dedup.forget_pushed(producer.name)
             raise self._translated(exc, "storing the message failed") from exc
+        except BaseException:
+            self.dedup.forget_pushed(producer.name)
+            raise
         finally:
             self._publishing -= 1
             if not self._publishing:
@@ -152,6 +245,7 @@ class PersistentTopic:
         self.bytes_in += len(data)
         self.last_batch_size = num_messages
         await self.dedup.persisted_at(producer.name, max(sequence_id, highest_sequence_id), position)
+        self.compaction.after_publish()
         return position
 
     def fenced(self, exc: Exception) -> None:
@@ -163,10 +257,13 @@ class PersistentTopic:
 
     async def subscribe(self, consumer: Consumer, sub_name: str, sub_type: SubscriptionType, *, durable: bool,
                         initial_position: InitialPosition, start: Position | None = None,
-                        start_inclusive: bool = False) -> Subscription:
+                        start_inclusive: bool = False, read_compacted: bool = False) -> Subscription:
         self._check_open()
-        if sub_name == DEDUP_CURSOR:
-            raise NotAllowedError(f"subscription name {DEDUP_CURSOR!r} is reserved")
+        self.last_active = time.monotonic()
+        if sub_name in (DEDUP_CURSOR, COMPACTION_CURSOR):
+            raise NotAllowedError(f"subscription name {sub_name!r} is reserved")
+        if read_compacted and sub_type not in (SubscriptionType.Exclusive, SubscriptionType.Failover):
+            raise NotAllowedError("read_compacted is only allowed on Exclusive and Failover subscriptions")
         limit = self.limit("max_consumers_per_topic")
         if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
             raise ConsumerBusyError(f"topic {self.name} reached its limit of {limit} consumers")
@@ -191,6 +288,10 @@ class PersistentTopic:
             raise ConsumerBusyError(f"subscription {sub_name} is durable; a reader cannot use its name")
         await sub.settled()
         self._check_open()
+        if read_compacted:
+            read_compacted_view(sub, self.compaction)
+        elif not sub.consumers:
+            plain_view(sub)  # the first consumer decides, as a subscription's type is decided
         sub.add_consumer(consumer, sub_type)
         return sub
 
@@ -199,6 +300,8 @@ class PersistentTopic:
         self._check_open()
         if sub_name in self.subscriptions:
             raise ConsumerBusyError(f"subscription {sub_name} already exists on {self.name}")
+        if sub_name in (DEDUP_CURSOR, COMPACTION_CURSOR):
+            raise NotAllowedError(f"subscription name {sub_name!r} is reserved")
         cursor = await self._guard(self.ml.open_cursor(sub_name, initial_position=initial_position))
         if start is not None:
             await self._guard(cursor.reset(start))
@@ -219,6 +322,7 @@ class PersistentTopic:
         sub = self.subscriptions.pop(sub_name, None)
         if sub is None:
             return
+        self.rates.forget_subscription(sub_name)
         await sub.close(notify=True)
         if delete:
             await self._guard(self.ml.delete_cursor(sub_name))
@@ -240,8 +344,13 @@ class PersistentTopic:
 
     # ---- queries ---------------------------------------------------------
 
-    async def last_message_id(self) -> tuple[Position, int]:
-        """The last stored message: (position, batch index) -- batch index -1 for a single message."""
+    async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:
+        """The last stored message: (position, batch index) -- batch index -1 for a single message. For a
+        ``compacted`` reader, the last message of the compacted view when nothing was stored after it."""
+        if compacted:
+            found = await self.compaction.last_message_id()
+            if found is not None:
+                return found
         last = self.ml.last_confirmed_entry
         if last.entry_id < 0:
             return last, -1
@@ -298,12 +407,17 @@ class PersistentTopic:
             ],
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
             "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
+            "backlogSize": lifecycle.backlog_bytes(self, max((s.backlog for s in self.subscriptions.values()), default=0)),
+            "backlogQuotaEnforcements": self.quota_enforcements,
             "topicEpoch": self.topic_epoch,
+            "compaction": self.compaction.stats(),
+            **self.rates.stats(),
         }
 
     def internal_stats(self) -> dict:
         last = self.ml.last_confirmed_entry
         return {
+            "state": "Terminated" if self.terminated else "LedgerOpened",
             "entriesAddedCounter": self.ml.stats.get("entries_added", 0) if isinstance(self.ml.stats, dict) else getattr(self.ml.stats, "entries_added", 0),
             "numberOfEntries": self.ml.number_of_entries,
             "totalSize": self.ml.total_size,
@@ -320,6 +434,7 @@ class PersistentTopic:
                     "totalNonContiguousDeletedMessagesRange": c.individually_deleted_range_count,
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
+                    "properties": dict(c.properties),
                 }
                 for name, c in self.ml.cursors.items()
             },
@@ -336,6 +451,9 @@ class PersistentTopic:
         if self.closed:
             return
         self.closed = True
+        self.rates.close()
+        for hook in self.closing_hooks:
+            hook()
         if self._publishing:
             # Let in-flight writes finish and their receipts go out before the producers are told to move,
             # so a graceful hand-off causes no resend (and no duplicate).
@@ -357,12 +475,14 @@ class PersistentTopic:
             if task is not asyncio.current_task():
                 task.cancel()
         try:
+            await self.compaction.close()
             await self.ml.close()
         except (StorageError, BrokerError) as exc:
             log.warning("closing managed ledger of %s: %s", self.name, exc)
 
-    async def delete(self) -> None:
-        if self.producers or any(s.consumers for s in self.subscriptions.values()):
+    async def delete(self, force: bool = False) -> None:
+        if not force and (self.producers or any(s.consumers for s in self.subscriptions.values())):
             raise NotAllowedError(f"topic {self.name} has connected producers or consumers")
-        await self.close(notify=False)
+        await self.close(notify=force)
+        await self.compaction.delete_ledgers()
         await self._guard(self.ml.delete())

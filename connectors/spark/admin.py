@@ -60,6 +60,10 @@ class Admin:
             return EARLIEST
         return Offset(body["ledgerId"], body["entryId"], body.get("batchIndex", -1))
 
+    def schema(self, topic: str) -> dict:
+        """The topic's latest schema (``type``, ``data``, ``version``...); TopicMissing when it has none."""
+        return self._get("/admin/v2/schemas/" + quote(topic.split("://", 1)[-1]) + "/schema")
+
     def ledgers_and_cursor(self, topic: str, subscription: str) -> tuple[list[LedgerInfo], Offset | None]:
         stats = self._get(self._path(topic) + "/internalStats")
         ledgers = [LedgerInfo(l["ledgerId"], l["entries"]) for l in stats["ledgers"]]

@@ -24,9 +24,9 @@ class MagnetarOptionError(ValueError):
 SOURCE_OPTIONS = {
     "service.url", "admin.url", "topic", "topics", "topicsPattern", "subscription", "startingOffsets",
     "endingOffsets", "failOnDataLoss", "maxMessagesPerTrigger", "pollTimeoutMs", "waitingForNonExistedTopic",
-    "maxEntriesPerPartition", "minPartitions", *SECURITY_OPTIONS,
+    "maxEntriesPerPartition", "minPartitions", "expandSchema", *SECURITY_OPTIONS,
 }
-SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs", *SECURITY_OPTIONS}
+SINK_OPTIONS = {"service.url", "admin.url", "topic", "batchingMaxPublishDelayMs", "valueSchema", *SECURITY_OPTIONS}
 # Options Spark itself may hand to a data source; they carry no meaning here.
 SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}  # compared lower-cased
 
@@ -48,6 +48,7 @@ class SourceOptions:
     max_entries_per_partition: int
     min_partitions: int  # Kafka's option: cut ranges finer until a micro-batch has at least this many tasks
     security: ClientSecurity = ClientSecurity()  # pulsar.client.auth* and tls* (connectors/spark/security.py)
+    expand_schema: bool = False  # typed columns from the topic's schema (connectors/spark/schemas.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class SinkOptions:
     topic: str | None  # None: every row names its own in a `topic` column
     batching_max_publish_delay_ms: int
     security: ClientSecurity = ClientSecurity()
+    value_schema: str | None = None  # "avro" | "json": a struct `value` column written as schema'd records
 
 
 def parse_source_options(raw: dict[str, str]) -> SourceOptions:
@@ -93,6 +95,7 @@ def parse_source_options(raw: dict[str, str]) -> SourceOptions:
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 5_000),
         min_partitions=_int(opts, "minPartitions", 1),
         security=_security(opts, service_url),
+        expand_schema=_bool(opts, "expandSchema", False),
     )
 
 
@@ -102,7 +105,16 @@ def parse_sink_options(raw: dict[str, str]) -> SinkOptions:
     service_url = _service_url(opts)
     return SinkOptions(service_url=service_url, topic=topic_url(topic.strip()) if topic else None,
                        batching_max_publish_delay_ms=_int(opts, "batchingMaxPublishDelayMs", 10, minimum=0),
-                       security=_security(opts, service_url))
+                       security=_security(opts, service_url), value_schema=_value_schema(opts))
+
+
+def _value_schema(opts) -> str | None:
+    text = opts.get("valueSchema")
+    if text is None:
+        return None
+    if text.strip().lower() not in ("avro", "json"):
+        raise MagnetarOptionError(f"option 'valueSchema' must be avro or json, got {text!r}")
+    return text.strip().lower()
 
 
 # ---- one option each -------------------------------------------------------------------

@@ -9,6 +9,11 @@ Columns: ``value`` (binary or string, required); optional ``key`` (string,
 sent as the partition key), ``properties`` (map<string,string>), ``eventTime``
 (timestamp) and ``topic`` (string, used when the ``topic`` option is not
 set). Other columns, such as those the source adds, are ignored.
+
+With ``valueSchema`` = ``avro`` or ``json``, ``value`` is a struct column: the
+producers declare the Avro schema derived from its Spark type (the topic's
+registry checks it like any producer's) and write each row's value as an Avro
+or JSON record (connectors/spark/schemas.py).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType, Times
 
 from connectors.spark.offsets import topic_url
 from connectors.spark.options import MagnetarOptionError, SinkOptions
+from connectors.spark.schemas import SchemaExpansionError, avro_from_spark
 
 _COLUMN_TYPES = {
     "value": (BinaryType, StringType),
@@ -39,12 +45,23 @@ class Written(WriterCommitMessage):
     messages: int
 
 
-def check_schema(schema: StructType, options: SinkOptions) -> None:
+def check_schema(schema: StructType, options: SinkOptions) -> dict | None:
+    """Check the data's columns; with ``valueSchema``, returns the Avro definition ``value`` rows are written with."""
     fields = {f.name: f for f in schema.fields}
     if "value" not in fields:
         raise MagnetarOptionError(f"the magnetar sink needs a 'value' column; the data has {', '.join(fields) or 'none'}")
     if options.topic is None and "topic" not in fields:
         raise MagnetarOptionError("the magnetar sink needs the 'topic' option or a 'topic' column")
+    definition = None
+    if options.value_schema is not None:
+        if not isinstance(fields["value"].dataType, StructType):
+            raise MagnetarOptionError(f"valueSchema={options.value_schema} needs a struct 'value' column, not "
+                                      f"{fields['value'].dataType.simpleString()}")
+        try:
+            definition = avro_from_spark(fields["value"].dataType)
+        except SchemaExpansionError as exc:
+            raise MagnetarOptionError(f"column 'value': {exc}") from None
+        fields = {k: v for k, v in fields.items() if k != "value"}
     for name, types in _COLUMN_TYPES.items():
         if name in fields and not isinstance(fields[name].dataType, types):
             raise MagnetarOptionError(f"column {name!r} must be {' or '.join(t.typeName() for t in types)}, "
@@ -53,6 +70,7 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
         kv = fields["properties"].dataType
         if not (isinstance(kv.keyType, StringType) and isinstance(kv.valueType, StringType)):
             raise MagnetarOptionError("column 'properties' must be map<string,string>")
+    return definition
 
 
 def _message(row, options: SinkOptions) -> tuple[str, bytes, dict]:
@@ -60,7 +78,10 @@ def _message(row, options: SinkOptions) -> tuple[str, bytes, dict]:
     value = data["value"]
     if value is None:
         raise ValueError("a row with a null 'value' cannot be published")
-    payload = value.encode() if isinstance(value, str) else bytes(value)
+    if options.value_schema is not None:
+        payload = value.asDict(recursive=True)  # the producer's schema encodes it
+    else:
+        payload = value.encode() if isinstance(value, str) else bytes(value)
     topic = options.topic or topic_url(data["topic"] or "")
     kwargs = {}
     if data.get("key") is not None:
@@ -72,9 +93,16 @@ def _message(row, options: SinkOptions) -> tuple[str, bytes, dict]:
     return topic, payload, kwargs
 
 
-def publish(options: SinkOptions, rows: Iterator, chunk: int = 1_000) -> int:
-    """Publish every row and wait for every receipt; returns how many were published."""
+def publish(options: SinkOptions, rows: Iterator, chunk: int = 1_000, value_definition: dict | None = None) -> int:
+    """Publish every row and wait for every receipt; returns how many were published. ``value_definition``: the
+    Avro definition of schema'd values (``valueSchema``)."""
     from magnetar.asyncio.client import AsyncClient
+    from magnetar.schema import AvroSchema, JsonSchema
+
+    schema = None
+    if value_definition is not None:
+        kind = AvroSchema if options.value_schema == "avro" else JsonSchema
+        schema = kind(None, schema_definition=value_definition)
 
     loop = asyncio.new_event_loop()
     producers: dict[str, object] = {}
@@ -90,7 +118,7 @@ def publish(options: SinkOptions, rows: Iterator, chunk: int = 1_000) -> int:
             if producer is None:
                 producer = producers[topic] = await client.create_producer(
                     topic, batching_enabled=True, batching_max_publish_delay_ms=options.batching_max_publish_delay_ms,
-                    max_pending_messages=_WINDOW * 2)
+                    max_pending_messages=_WINDOW * 2, schema=schema)
             while len(pending) >= _WINDOW:
                 await pending.popleft()
             pending.append(producer.send_async(payload, **kwargs))
@@ -122,19 +150,19 @@ def publish(options: SinkOptions, rows: Iterator, chunk: int = 1_000) -> int:
 
 
 class MagnetarWriter(DataSourceWriter):
-    def __init__(self, options: SinkOptions):
-        self.options = options
+    def __init__(self, options: SinkOptions, value_definition: dict | None = None):
+        self.options, self.value_definition = options, value_definition
 
     def write(self, iterator):
-        return Written(publish(self.options, iterator))
+        return Written(publish(self.options, iterator, value_definition=self.value_definition))
 
 
 class MagnetarStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: SinkOptions):
-        self.options = options
+    def __init__(self, options: SinkOptions, value_definition: dict | None = None):
+        self.options, self.value_definition = options, value_definition
 
     def write(self, iterator):
-        return Written(publish(self.options, iterator))
+        return Written(publish(self.options, iterator, value_definition=self.value_definition))
 
     def commit(self, messages, batchId) -> None:
         pass  # every task waited for its receipts: nothing is left to make durable

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import json
 import logging
 from collections.abc import Iterator
 
@@ -36,6 +37,8 @@ from connectors.spark.offsets import (
     EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
+from connectors.spark.rows import MessageColumns
+from connectors.spark.schemas import ExpandedRows, ValueDecoder, expanded_arrow_schema
 from connectors.spark.security import ClientSecurity
 from magnetar.topic_name import split_topic
 
@@ -73,26 +76,10 @@ def _arrow_schema():
                       ("properties", pa.map_(pa.string(), pa.string()))])
 
 
-class _Rows:
-    """The columns of one Arrow record batch, filled an entry at a time from the entries' column accessors
-    (no Message object or method call per row: building rows message by message was a third of a task)."""
-
+class _Rows(MessageColumns):
     def __init__(self, topic: str, partition: int):
-        self.topic, self.partition = topic, partition
-        self.keys, self.values, self.ids, self.publish_times, self.event_times, self.properties = [], [], [], [], [], []
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def add(self, entry, first: int, stop: int) -> None:
-        """The entry's messages ``first`` to ``stop`` (exclusive)."""
-        kept = slice(first, stop)
-        self.keys += [key or None for key in entry.partition_keys()[kept]]
-        self.values += entry.payloads[kept]
-        self.ids += entry.serialized_message_ids()[kept]
-        self.publish_times += [entry.metadata.publish_time * 1000] * (stop - first)
-        self.event_times += [ms * 1000 or None for ms in entry.event_timestamps()[kept]]
-        self.properties += entry.properties()[kept]
+        super().__init__(topic)
+        self.partition = partition
 
     def record_batch(self, schema):
         import pyarrow as pa
@@ -129,24 +116,31 @@ def _last_of(entry, batch_index: int, end: Offset) -> bool:
 
 
 def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 2_000,
-               security: ClientSecurity = ClientSecurity()) -> Iterator:
+               security: ClientSecurity = ClientSecurity(), value_schema: dict | None = None) -> Iterator:
     """The messages of one range as Arrow record batches of about ``chunk`` rows, from a non-durable reader on a
-    private event loop. The reader hands over whole entries (``receive_entries``), turned into columns."""
+    private event loop. The reader hands over whole entries (``receive_entries``), turned into columns; with
+    ``value_schema`` (expandSchema) the values become typed columns (connectors/spark/schemas.py)."""
     from magnetar import MessageId
     from magnetar.asyncio.client import AsyncClient
     from magnetar.errors import Timeout
 
     tp, start, end = partition.topic_partition, Offset(*map(int, partition.start.split(":"))), Offset(*map(int, partition.end.split(":")))
     topic, index = split_topic(tp)
-    schema = _arrow_schema()
     loop = asyncio.new_event_loop()
     client = None
     try:
         client = loop.run_until_complete(_async_client(AsyncClient, service_url, security))
+        if value_schema is None:
+            schema, new_rows = _arrow_schema(), lambda: _Rows(topic, index)
+        else:
+            schema = expanded_arrow_schema(value_schema)
+            decoder = ValueDecoder(value_schema, lambda version: json.loads(
+                loop.run_until_complete(client.get_schema_info(tp, version)).schema_bytes()))
+            new_rows = lambda: ExpandedRows(topic, decoder)  # noqa: E731
         first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         reader = loop.run_until_complete(client.create_reader(tp, first, start_message_id_inclusive=True,
                                                               receiver_queue_size=chunk))
-        rows = _Rows(topic, index)
+        rows = new_rows()
         done = False
         while not done:
             try:
@@ -163,7 +157,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
                     break
             if len(rows) >= chunk or (done and len(rows)):
                 yield rows.record_batch(schema)
-                rows = _Rows(topic, index)
+                rows = new_rows()
     finally:
         if client is not None:
             loop.run_until_complete(client.close())
@@ -379,12 +373,13 @@ class _Reading:
 
     streaming = False
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, value_schema: dict | None = None):
         self.options = options
+        self.value_schema = value_schema  # the topic's schema when expandSchema is on
         self._driver: _Driver | None = None
 
     def __getstate__(self):  # executors get the options, never the driver's connections
-        return {"options": self.options, "_driver": None}
+        return {"options": self.options, "value_schema": self.value_schema, "_driver": None}
 
     @property
     def driver(self) -> _Driver:
@@ -394,7 +389,7 @@ class _Reading:
 
     def read(self, partition: RangePartition):
         return read_range(self.options.service_url, partition, self.options.poll_timeout_ms,
-                          security=self.options.security)
+                          security=self.options.security, value_schema=self.value_schema)
 
 
 class MagnetarBatchReader(_Reading, DataSourceReader):

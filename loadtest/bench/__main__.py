@@ -5,7 +5,9 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``produce``, ``latency``, ``e2e``, ``catchup``, ``topics`` (the official client against `broker standalone`);
 ``client``, ``failover``, ``recovery``, ``peers``, ``spark``, ``cursor`` (a cursor's ack state with 1,000,000 holes),
 ``tls`` (produce over pulsar+ssl:// beside pulsar://);
+``compaction`` (compaction throughput and the compacted read rate beside the topic's catch-up read);
 ``hostile`` (a good client's publish p99 and the broker's RSS while hostile clients attack it);
+``streams`` (the Stream API over gRPC beside the same work through the Pulsar protocol);
 ``all`` runs every suite, and ``all --report docs/`` writes
 docs/BENCHMARKS.md with its charts.
 """
@@ -31,6 +33,8 @@ SUITES["cursor"] = ("loadtest.bench.cursor", None)
 SUITES["recovery"] = ("loadtest.bench.recovery", None)
 SUITES["tls"] = ("loadtest.bench.tls", None)
 SUITES["hostile"] = ("loadtest.bench.hostile", None)
+SUITES["compaction"] = ("loadtest.bench.compaction", None)
+SUITES["streams"] = ("loadtest.bench.streams", None)
 SUITES["all"] = ("loadtest.bench.all", None)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import traceback
 
-SUITES = ("ledger", "broker", "client", "peers", "failover", "recovery", "spark", "tls")
+SUITES = ("ledger", "broker", "client", "peers", "failover", "recovery", "spark", "tls", "hostile", "compaction")
 
 
 def run(quick: bool = False, only: tuple[str, ...] = SUITES) -> dict:

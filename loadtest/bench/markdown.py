@@ -321,6 +321,62 @@ def _tls(r: dict) -> list[str]:
             _reproduce("tls"), ""]
 
 
+def _compaction(r: dict) -> list[str]:
+    if "compaction_msg_per_s" not in r:
+        return []
+    c = r["config"]
+    return ["## Compaction", "",
+            f"A topic of {c['messages']:,} messages ({c['value_bytes']} B values over {c['keys']:,} keys, batched) "
+            "read from the earliest message without `read_compacted` (the reference), compacted by one run over "
+            f"REST, then read through the compacted view; medians over {c['rounds']} rounds, ratios the median of "
+            "the rounds' ratios.", "",
+            *_table(["measure", "msg/s", "vs catch-up"], [
+                ["catch-up read (reference)", _n(r["catchup_msg_per_s"]), "1.00"],
+                ["compaction run (broker's run time)", _n(r["compaction_msg_per_s"]), f"{r['compaction_to_catchup']:.2f}"],
+                ["compacted read", _n(r["compacted_read_msg_per_s"]), f"{r['compacted_read_to_catchup']:.2f}"]]),
+            f"A complete table (latest value per key) takes {r['table_time_speedup']:.0f}x less time through the "
+            "compacted view than by catching up.", _reproduce("compaction"), ""]
+
+
+HOSTILE_ATTACKS = {
+    "ack_bomb": "ACK bomb: `ack_set` against `batch_size` 2^31-1, 1,000 ids per ACK, back to back",
+    "poison_batch": "poison batch count: SEND with `num_messages` / `num_messages_in_batch` 2^31-1, back to back",
+    "silent_connections": "connections that never send CONNECT",
+    "producer_creates": "PRODUCER creates on one connection, pipelined",
+    "far_future_acks": "ACKs of random far-future positions, 1,000 ids per ACK, back to back",
+    "big_messages_unread": "5 MiB messages as fast as possible on a sibling topic, receipts never read",
+}
+
+
+def _hostile(r: dict) -> list[str]:
+    if "attacks" not in r:
+        return []
+    ref, c = r["reference"], r["config"]
+    rows = [["none: the reference (all quiet windows)", _n(ref.get("p99_ms"), 1), "1", "", "yes", "", ""]]
+    for name, a in r["attacks"].items():
+        if "good_client" not in a:
+            rows.append([HOSTILE_ATTACKS.get(name, name), "", "", "", "", a.get("skipped", ""), ""])
+            continue
+        met = a["targets_met"]
+        missed = [what for what, ok in (("up", met["stayed_up"]), ("RSS", met["rss_under_1_gib"]),
+                                        ("p99", met["p99_within_5x"])) if not ok]
+        ratio = a["p99_ratio"]
+        rows.append([HOSTILE_ATTACKS.get(name, name), _n(a["good_client"].get("p99_ms"), 1),
+                     f"{ratio:.1f}x" if ratio is not None else "", _n(a["rss_peak_mb"]),
+                     "yes" if a["stayed_up"] else "**NO**", a["told"][:140].replace("|", "/"),
+                     _verdict(not missed) if not missed else f"**{', '.join(missed)} not met**"])
+    return ["## Hostile clients", "",
+            f"A well-behaved official client publishes {c['rate_per_s']:,} msg/s of {c['message_bytes']} B (open loop) "
+            "to `broker standalone` and consumes them, while each attack runs in turn "
+            f"({c['attack_window_s']:g} s each, after a {c['quiet_window_s']:g} s quiet window; "
+            f"{c['silent_connections']:,} silent connections, {c['producer_creates']:,} producer creates). "
+            "The reference is the good client's p99 publish latency over the quiet windows of the same run. "
+            "Targets: the broker stays up, RSS < 1 GiB, the good client's p99 within 5x the reference. "
+            "What holds the floods back: docs/configuration.md (per-connection bounds and command budgets).", "",
+            *_table(["attack", "good p99 (ms)", "ratio", "broker RSS peak (MB)", "up", "the attacker was told",
+                     "targets"], rows), _reproduce("hostile"), ""]
+
+
 NOTES = [
     "## Reading these figures", "",
     "- **One disk holds every fsync stream.** Bookie journals and entry logs share the disk with the "
@@ -351,7 +407,8 @@ def write_report(doc: dict, directory: str | Path, command: str) -> Path:
              *(["Suites that failed in this run:", "", *errors, ""] if errors else []),
              *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
              *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
-             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})), "", *NOTES]
+             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})),
+             *_hostile(r.get("hostile", {})), *_compaction(r.get("compaction", {})), "", *NOTES]
     path = directory / "BENCHMARKS.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -7,7 +7,8 @@ escapes it is a crash. The decoders say in their docstrings what they raise on b
   server side of ``magnetar.protocol.session`` raise ``ProtocolError`` (FrameTooLarge and the
   ProtocolViolation family are subclasses);
 * bookie-request: ``storage.protocol.FrameDecoder("server")`` raises ``MalformedRequestError`` or
-  ``FrameTooLargeError``.
+  ``FrameTooLargeError``; ``storage.protocol.bounded``, which each decoded request then goes through (as the
+  bookie does), raises ``BadRequestError``.
 
 The first input byte picks a split point, so the incremental decoders also see frames cut across two feeds.
 Seeds are valid encodings made with the codecs themselves; libFuzzer mutates from them.
@@ -107,16 +108,22 @@ def pulsar_seeds() -> list[bytes]:
 
 
 def bookie_request(data: bytes) -> None:
-    from storage.errors import FrameTooLargeError, MalformedRequestError
-    from storage.protocol import FrameDecoder
+    from storage.errors import BadRequestError, FrameTooLargeError, MalformedRequestError
+    from storage.protocol import FrameDecoder, RequestLimits, bounded
 
     head, tail = _split(data)
     decoder = FrameDecoder("server", max_frame_bytes=MAX_FRAME_BYTES)
+    requests = []
     try:
-        decoder.feed(head)
-        decoder.feed(tail)
+        requests += decoder.feed(head)
+        requests += decoder.feed(tail)
     except (FrameTooLargeError, MalformedRequestError):
         pass
+    for request in requests:
+        try:
+            bounded(request, RequestLimits())
+        except BadRequestError:
+            pass
 
 
 def bookie_seeds() -> list[bytes]:

@@ -33,8 +33,9 @@ WINDOW = 50  # unanswered sends per producer
 SEND_TIMEOUT_MS = 30_000
 CLOSE_TIMEOUT_S = 60.0  # producers still flushing after this are left behind (their sends stay unknown)
 KEYS = 4  # distinct keys per producer (Key_Shared order is checked per key)
-DEFINITE = (pulsar.Result.ProducerQueueIsFull, pulsar.Result.AlreadyClosed, pulsar.Result.InvalidMessage,
-            pulsar.Result.MessageTooBig)
+# Answers that prove a message was not stored. Not AlreadyClosed: a producer closed with sends still pending
+# answers them AlreadyClosed, and they may have been stored.
+DEFINITE = (pulsar.Result.ProducerQueueIsFull, pulsar.Result.InvalidMessage, pulsar.Result.MessageTooBig)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ from storage.bookie.journal_damage import DamageJudge, policy_only, settle_damag
 from storage.bookie.ledger_storage import FlushSnapshot, LedgerStorage, tree_size_bytes
 from storage.bookie.metrics import FAILURE_REASONS, BookieMetrics
 from storage.errors import (
+    BadRequestError,
     BookieInternalError,
     BookieShuttingDownError,
     BookieStartupError,
@@ -203,13 +204,18 @@ class Bookie:
     async def add_entry(self, ledger_id: int, entry_id: int, body: bytes, master_key: bytes, recovery: bool) -> None:
         """Store an entry; returns once it is fsynced in the journal.
 
-        Raises DigestMismatchError, UnauthorizedError, LedgerFencedError,
+        Raises DigestMismatchError, BadRequestError (lac out of range), UnauthorizedError, LedgerFencedError,
         BookieShuttingDownError, BookieInternalError (journal or disk failure).
         """
         try:
             if self._closing:
                 raise BookieShuttingDownError("bookie is shutting down")
-            digest.verify(body, ledger_id, entry_id)
+            entry = digest.verify(body, ledger_id, entry_id)
+            if not LAST_ENTRY <= entry.lac < entry_id or entry.length < 0:
+                # The LAC rides on every entry and READ_LAC reports the highest: one beyond its own entry would
+                # have readers and recovery look for entries that were never written.
+                raise BadRequestError(f"ADD ledger {ledger_id} entry {entry_id} carries lac {entry.lac} (must be "
+                                      f"-1..{entry_id - 1}) and length {entry.length} (must be >= 0)")
             storage = self._storage
             if storage.write_cache_full:
                 await self._make_room()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.config import load_layered
+from storage.protocol import DEFAULT_MAX_BATCH_READ_BYTES, DEFAULT_MAX_BATCH_READ_ENTRIES, RequestLimits
 from storage.network_location import DEFAULT_NETWORK_LOCATION, parse_network_location
 
 
@@ -71,8 +72,17 @@ class BookieConfig:
     local_scrub_period_s: float = 0.0
     local_scrub_rate_limit_entries_per_s: float = 60.0
 
-    # protocol
+    # protocol. Request field bounds: storage.protocol.bounded. A BATCH_READ asking for more is served less:
+    # max_batch_read_size_bytes is BookKeeper's maxBatchReadSize, max_batch_read_entries ours (BookKeeper bounds
+    # the count only through the size; here the index walk is per entry, so the count needs its own cap).
     max_frame_bytes: int = 8 * 1024 * 1024
+    max_batch_read_size_bytes: int = DEFAULT_MAX_BATCH_READ_BYTES
+    max_batch_read_entries: int = DEFAULT_MAX_BATCH_READ_ENTRIES
+    # Requests of one connection being served at once; beyond it the bookie stops reading that connection
+    # (BookKeeper bounds the same bookie-wide with maxAddsInProgressLimit / maxReadsInProgressLimit).
+    max_requests_in_flight_per_connection: int = 4096
+    # ... and the memory they may hold (bodies of adds, batch reads' max_bytes; server.request_charge).
+    max_bytes_in_flight_per_connection: int = 64 * 1024 * 1024
     session_timeout_s: float = 10.0
 
     # security (docs/security.md "Storage"): the bearer token the HTTP endpoints that change state require;
@@ -115,6 +125,13 @@ class BookieConfig:
             object.__setattr__(self, "bookie_id", f"{self.advertised_address}:{self.advertised_port or self.port}")
 
     @property
+    def request_limits(self) -> RequestLimits:
+        # A full batch (bodies, msgpack's few bytes per body, the frame's header) must fit in one frame: with a
+        # small max_frame_bytes the batch shrinks to fit (a batch always carries at least one entry).
+        fits = self.max_frame_bytes - 8 * self.max_batch_read_entries - 64
+        return RequestLimits(max(1, min(self.max_batch_read_size_bytes, fits)), self.max_batch_read_entries)
+
+    @property
     def zone(self) -> str:
         return parse_network_location(self.network_location)[0]
 
@@ -150,6 +167,11 @@ class BookieConfig:
             raise ValueError("local_scrub_period_s must be >= 0 and local_scrub_rate_limit_entries_per_s > 0")
         if self.max_frame_bytes < 1024:
             raise ValueError("max_frame_bytes must be >= 1024")
+        if self.max_batch_read_size_bytes < 1 or self.max_batch_read_entries < 1:
+            raise ValueError("max_batch_read_size_bytes and max_batch_read_entries must be >= 1")
+        if self.max_requests_in_flight_per_connection < 2 or self.max_bytes_in_flight_per_connection < 1:
+            raise ValueError("max_requests_in_flight_per_connection must be >= 2, "
+                             "max_bytes_in_flight_per_connection >= 1")
         if (self.tls_certificate_path is None) != (self.tls_key_store is None):
             raise ValueError("tls_certificate_path and tls_key_store go together")
         if self.tls_enabled and self.tls_trust_store is None:

@@ -5,9 +5,14 @@ How this works:
 * One ``BookieConnection`` (an asyncio Protocol) per client connection feeds
   bytes to the pure ``FrameDecoder`` and runs each request as its own task,
   so requests pipeline and responses leave in completion order, each with
-  its request id. A connection with too many requests in flight stops
-  reading until half of them are answered (backpressure instead of an
-  unbounded task pile).
+  its request id. A connection with too many requests in flight, or with
+  a write buffer over its high-water mark (a client not reading its
+  responses), stops reading until it is below both (backpressure instead
+  of an unbounded task pile or buffer).
+* Every request's fields are checked first (``protocol.bounded``): an
+  impossible value is answered ``BadRequest`` on that request alone; a
+  BATCH_READ asking for more than ``max_batch_read_size_bytes`` /
+  ``max_batch_read_entries`` gets a shorter batch.
 * Malformed or oversized input gets one ``ErrorResponse`` frame naming the
   problem, then that connection -- and only that one -- is closed.
 * Master keys: the core checks every add and fence against the key it
@@ -39,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -67,7 +72,6 @@ from storage.tls import server_context
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT_PER_CONNECTION = 4096
 CLOSED_CACHE_SIZE = 100_000
 
 
@@ -194,6 +198,9 @@ class ServerMetrics:
         self.protocol_errors = Counter("bookie_server_protocol_errors", "Connections closed for bad input", ["reason"],
                                        registry=registry)
         self.read_only = Gauge("bookie_read_only", "1 while the bookie refuses writes", registry=registry)
+        self.write_buffer_max = Gauge("bookie_server_write_buffer_max_bytes",
+                                      "The largest count of response bytes waiting for one connection's client",
+                                      registry=registry)
 
 
 _OP_NAMES = {p.ADD: "add", p.READ: "read", p.READ_LAC: "read_lac", p.BATCH_READ: "batch_read"}
@@ -208,7 +215,10 @@ class BookieServer:
         self.bookie = bookie
         self.config = config
         self.gate = LedgerGate(store)
+        self.limits = config.request_limits
         self.metrics = ServerMetrics(registry)
+        self.metrics.write_buffer_max.set_function(
+            lambda: max((conn.write_buffer_bytes for conn in list(self._connections)), default=0))
         self.read_only = False
         self.read_only_reason = ""
         self._connections: set[BookieConnection] = set()
@@ -240,6 +250,7 @@ class BookieServer:
     async def handle(self, request: p.Request) -> p.Response:
         """Run one request against the core; every StorageError becomes its status code."""
         try:
+            request = p.bounded(request, self.limits)
             if self._stopping:
                 raise BookieShuttingDownError("bookie is shutting down")
             if type(request) is p.AddRequest:
@@ -313,12 +324,41 @@ def _error_response(request: p.Request, status: int) -> p.Response:
     return p.BatchReadResponse(request.rid, status, request.ledger_id, [])
 
 
+# What a request may cost in memory while it is served, charged against max_bytes_in_flight_per_connection
+# before it starts: an add holds its body, a batch read at most its (capped) max_bytes. A single READ's entry size
+# is unknown until it is read; it is charged a typical entry's worth, so the budget also caps how many run at once.
+READ_CHARGE_BYTES = 256 * 1024
+
+
+def request_charge(request: p.Request, limits: p.RequestLimits) -> int:
+    kind = type(request)
+    if kind is p.AddRequest:
+        return len(request.body) + len(request.master_key)
+    if kind is p.BatchReadRequest:
+        return max(0, min(request.max_bytes, limits.max_batch_read_bytes))
+    if kind is p.ReadRequest:
+        return READ_CHARGE_BYTES
+    return 0
+
+
 class BookieConnection(asyncio.Protocol):
+    """One client connection. Requests decoded from a read wait in ``backlog`` and start only while the
+    connection has fewer than ``max_requests_in_flight_per_connection`` in flight, their charges
+    (``request_charge``) fit ``max_bytes_in_flight_per_connection``, and the transport's write buffer is under
+    its high-water mark; while anything is held back, nothing more is read. So a client that pipelines without
+    end, or never reads its responses, costs the bookie one read's worth of waiting requests, the budget in
+    flight and one high-water mark of responses -- not an ever-growing buffer."""
+
     def __init__(self, server: BookieServer):
         self.server = server
         self.decoder = p.FrameDecoder("server", server.config.max_frame_bytes)
+        self.max_in_flight = server.config.max_requests_in_flight_per_connection
+        self.max_bytes_in_flight = server.config.max_bytes_in_flight_per_connection
         self.transport: asyncio.Transport | None = None
-        self.in_flight: set[asyncio.Task] = set()
+        self.in_flight: dict[asyncio.Task, int] = {}  # task -> its charge
+        self.bytes_in_flight = 0
+        self.backlog: deque[p.Request] = deque()
+        self.writable = True
         self.paused = False
         self.closed = False
 
@@ -330,6 +370,7 @@ class BookieConnection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self.backlog.clear()
         if self in self.server._connections:
             self.server._connections.discard(self)
             self.server.metrics.connections.dec()
@@ -340,23 +381,51 @@ class BookieConnection(asyncio.Protocol):
         except (MalformedRequestError, FrameTooLargeError) as exc:
             self._reject(exc)
             return
-        for request in requests:
-            task = asyncio.ensure_future(self.server.handle(request))
-            self.in_flight.add(task)
+        self.backlog.extend(requests)
+        self._start_backlog()
+
+    def pause_writing(self) -> None:
+        self.writable = False
+        self._set_reading()
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self._start_backlog()
+
+    @property
+    def write_buffer_bytes(self) -> int:
+        return 0 if self.transport is None or self.closed else self.transport.get_write_buffer_size()
+
+    def _start_backlog(self) -> None:
+        while self.backlog and self.writable and len(self.in_flight) < self.max_in_flight and not self.closed:
+            charge = request_charge(self.backlog[0], self.server.limits)
+            # A request larger than the whole budget still runs, alone.
+            if self.in_flight and self.bytes_in_flight + charge > self.max_bytes_in_flight:
+                break
+            task = asyncio.ensure_future(self.server.handle(self.backlog.popleft()))
+            self.in_flight[task] = charge
+            self.bytes_in_flight += charge
             task.add_done_callback(self._answered)
-        if len(self.in_flight) >= MAX_IN_FLIGHT_PER_CONNECTION and not self.paused:
+        self._set_reading()
+
+    def _set_reading(self) -> None:
+        # Read again once the backlog is gone, the buffer drained and half the in-flight slots are free
+        # (hysteresis: not a pause/resume per answered request).
+        hold = bool(self.backlog) or not self.writable or len(self.in_flight) >= self.max_in_flight
+        if hold and not self.paused and not self.closed:
             self.paused = True
             self.transport.pause_reading()
+        elif self.paused and not hold and len(self.in_flight) <= self.max_in_flight // 2 and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
 
     def _answered(self, task: asyncio.Task) -> None:
-        self.in_flight.discard(task)
+        self.bytes_in_flight -= self.in_flight.pop(task)
         response = task.result()  # handle() never raises
         self.server.metrics.requests.labels(_OP_NAMES[_OP_BY_TYPE[type(response)]], str(response.status)).inc()
         if not self.closed:
             self.transport.write(p.encode(response))
-        if self.paused and len(self.in_flight) <= MAX_IN_FLIGHT_PER_CONNECTION // 2 and not self.closed:
-            self.paused = False
-            self.transport.resume_reading()
+        self._start_backlog()
 
     def _reject(self, exc: StorageError) -> None:
         rid = getattr(exc, "rid", -1)

@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from storage.client.registry import BookieInfo, parse_registration  # the bookie registry, for admin listings
 from storage.digest import Entry
 
 if TYPE_CHECKING:
     from storage.client.config import ClientConfig
 
-__all__ = ["Entry", "LedgerClient", "ReadHandle", "WriteHandle"]
+__all__ = ["BookieInfo", "Entry", "LedgerClient", "ReadHandle", "WriteHandle", "parse_registration"]
 
 
 @runtime_checkable

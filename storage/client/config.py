@@ -73,6 +73,12 @@ class ClientConfig:
 
     # limits
     max_entry_bytes: int = 5 * 1024 * 1024
+    # Adds in flight on one ledger handle (sent, not yet acknowledged: an ensemble change can hold them all).
+    # Over it, add_entry waits for room up to wait_timeout_on_backpressure_s (BookKeeper's
+    # waitTimeoutOnBackpressureMs) and add_entry_async fails at once, both with TooManyPendingAddsError.
+    max_pending_adds_per_ledger: int = 10_000
+    max_pending_add_bytes_per_ledger: int = 256 * 1024 * 1024
+    wait_timeout_on_backpressure_s: float = 30.0
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
     # TLS to the bookies (storage/tls.py): set the trust store to dial every bookie with TLS; a certificate and
@@ -110,6 +116,10 @@ class ClientConfig:
             raise ValueError("batch_read_max_entries and batch_read_max_bytes must be >= 1")
         if self.max_entry_bytes < 1:
             raise ValueError("max_entry_bytes must be >= 1")
+        if self.max_pending_adds_per_ledger < 1 or self.max_pending_add_bytes_per_ledger < 1:
+            raise ValueError("max_pending_adds_per_ledger and max_pending_add_bytes_per_ledger must be >= 1")
+        if self.wait_timeout_on_backpressure_s < 0:
+            raise ValueError("wait_timeout_on_backpressure_s must be >= 0")
         if (self.tls_certificate_file_path is None) != (self.tls_key_file_path is None):
             raise ValueError("tls_certificate_file_path and tls_key_file_path go together")
         if self.tls_certificate_file_path is not None and self.tls_trust_certs_file_path is None:

@@ -22,6 +22,14 @@ Failures
   entries have been re-sent to the replacement. Entries are never lost or
   reordered: they keep their ids and are re-sent verbatim.
 
+Adds in flight are bounded (``max_pending_adds_per_ledger`` and
+``..._bytes_per_ledger``, storage.admission): over the bound
+``add_entry`` waits its turn, up to ``wait_timeout_on_backpressure_s``, and
+``add_entry_async`` -- which cannot wait -- fails at once; both with
+``TooManyPendingAddsError``, as BookKeeper's client fails an add with
+TooManyRequests once its wait on backpressure is over. Recovery re-adds are
+not counted: recovery bounds its own reads ahead.
+
 ``close()`` waits for pending adds, then writes CLOSED with the final
 ``last_entry_id`` (the LAC) and length by a conditional write. The recovery
 path reuses this class with ``recovery=True``: adds carry FLAG_RECOVERY
@@ -36,6 +44,7 @@ import logging
 from functools import partial
 
 from storage import digest
+from storage.admission import AddAdmission
 from storage.client.context import ClientContext
 from storage.client.ensemble_change import EnsembleChange
 from storage.client.pending_add import AddQueue, PendingAdd
@@ -53,6 +62,7 @@ from storage.errors import (
     NoSuchLedgerError,
     BadVersionError,
     StorageError,
+    TooManyPendingAddsError,
     UnauthorizedError,
 )
 from storage.ledger_metadata import LedgerMetadata, LedgerState, master_key
@@ -103,6 +113,8 @@ class LedgerHandle(ReadHandle):
         self._change_task: asyncio.Task | None = None
         self._idle_waiters: list[asyncio.Future] = []
         self._close_task: asyncio.Task | None = None
+        cfg = ctx.config
+        self._admission = AddAdmission(cfg.max_pending_adds_per_ledger, cfg.max_pending_add_bytes_per_ledger)
 
     # ---- properties --------------------------------------------------------
 
@@ -132,36 +144,65 @@ class LedgerHandle(ReadHandle):
 
         The future fails with LedgerFencedError (a recovery took the ledger
         over), LedgerClosedError (this handle is closing/closed),
-        FrameTooLargeError (payload above ``max_entry_bytes``), or the error
-        that failed the handle (NotEnoughBookiesError, PlacementPolicyError,
-        UnauthorizedError, NoSuchLedgerError, ...).
+        FrameTooLargeError (payload above ``max_entry_bytes``),
+        TooManyPendingAddsError (the handle's bound on adds in flight is
+        reached), or the error that failed the handle (NotEnoughBookiesError,
+        PlacementPolicyError, UnauthorizedError, NoSuchLedgerError, ...).
         """
         fut = self._loop.create_future()
-        if self._failure is not None:
-            fut.set_exception(_copy(self._failure))
-            return fut
-        if self._state != _OPEN:
-            fut.set_exception(LedgerClosedError(f"ledger {self.ledger_id}: handle is {self._state}; no more adds"))
-            return fut
         if type(payload) is not bytes:
             payload = bytes(payload)
-        if len(payload) > self._ctx.config.max_entry_bytes:
-            fut.set_exception(
-                FrameTooLargeError(
-                    f"entry of {len(payload)} bytes exceeds max_entry_bytes {self._ctx.config.max_entry_bytes}"
-                )
-            )
+        if self._refuse(fut, payload):
             return fut
+        if not self._admission.try_admit(len(payload)):
+            fut.set_exception(self._too_many())
+            return fut
+        return self._start_add(payload, fut)
+
+    async def add_entry(self, payload: bytes) -> int:
+        """Add one entry and wait for its acknowledgement; returns its entry id. Over the bound on adds in
+        flight it first waits for room, in turn. Raises as add_entry_async."""
+        fut = self._loop.create_future()
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if self._refuse(fut, payload):
+            return await fut
+        if not self._admission.try_admit(len(payload)):
+            try:
+                await asyncio.wait_for(self._admission.admit(len(payload)),
+                                       self._ctx.config.wait_timeout_on_backpressure_s)
+            except asyncio.TimeoutError:
+                raise self._too_many() from None
+            if self._refuse(fut, payload):  # the handle failed or closed while this add waited
+                self._admission.release(len(payload))
+                return await fut
+        return await self._start_add(payload, fut)
+
+    def _refuse(self, fut: asyncio.Future, payload: bytes) -> bool:
+        """Fail ``fut`` when this handle cannot take the add at all."""
+        if self._failure is not None:
+            fut.set_exception(_copy(self._failure))
+        elif self._state != _OPEN:
+            fut.set_exception(LedgerClosedError(f"ledger {self.ledger_id}: handle is {self._state}; no more adds"))
+        elif len(payload) > self._ctx.config.max_entry_bytes:
+            fut.set_exception(FrameTooLargeError(
+                f"entry of {len(payload)} bytes exceeds max_entry_bytes {self._ctx.config.max_entry_bytes}"))
+        return fut.done()
+
+    def _too_many(self) -> TooManyPendingAddsError:
+        a = self._admission
+        return TooManyPendingAddsError(f"ledger {self.ledger_id} has {a.entries} adds ({a.bytes} bytes) in flight, "
+                                       f"its bound is {a.max_entries} adds or {a.max_bytes} bytes")
+
+    def _start_add(self, payload: bytes, fut: asyncio.Future) -> asyncio.Future:
+        """An admitted add: its room is given back when it is answered, whichever way."""
+        fut.add_done_callback(lambda _f, n=len(payload): self._admission.release(n))
         eid = self._last_add_pushed + 1
         self._last_add_pushed = eid
         self._pushed_length += len(payload)
         body = digest.package(self._metadata.ledger_id, eid, self._lac, self._pushed_length, payload)
         self._push(PendingAdd(eid, body, self._pushed_length, self._positions[eid % len(self._positions)], fut))
         return fut
-
-    async def add_entry(self, payload: bytes) -> int:
-        """Add one entry and wait for its acknowledgement; returns its entry id. Raises as add_entry_async."""
-        return await self.add_entry_async(payload)
 
     def _add_recovered(self, entry_id: int, body: bytes, length: int) -> asyncio.Future:
         """Recovery: re-add an entry read from a replica, verbatim, at its own id."""

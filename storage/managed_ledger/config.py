@@ -4,6 +4,13 @@ Defaults are Pulsar's (managedLedgerMaxEntriesPerLedger=50000,
 managedLedgerMaxSizePerLedgerMbytes=2048, min/max ledger rollover 10 min /
 4 h, retention 0/0 = delete what every cursor has consumed; -1 = keep forever).
 
+Adds are bounded by ``max_pending_add_entries`` / ``max_pending_add_bytes``:
+an add over them waits its turn. Pulsar puts no bound here and relies on the
+broker's (maxPendingPublishRequestsPerConnection,
+maxMessagePublishBufferSizeInMB), which pause reading from producers; this
+bound is the same backpressure one layer down, for the many producers of one
+topic (and any other caller), and it never fails an add.
+
 Cursor state is never capped: Pulsar's ``managedLedgerMaxUnackedRangesToPersist``
 (drop ranges beyond 10,000) has no equivalent here. What remains bounded is
 where a big state goes: the metadata-store snapshot holds the ranges only up
@@ -29,7 +36,7 @@ class ManagedLedgerConfig:
     write_quorum_size: int = 2
     ack_quorum_size: int = 2
     max_entries_per_ledger: int = 50_000
-    max_size_per_ledger_mb: int = 2048
+    max_size_per_ledger_mb: float = 2048  # fractions allowed: log streams roll by bytes
     min_ledger_rollover_time_s: float = 600
     max_ledger_rollover_time_s: float = 14_400
     retention_time_s: float = 0
@@ -39,6 +46,11 @@ class ManagedLedgerConfig:
     cursor_state_chunk_bytes: int = 1024 * 1024  # well under the ledger client's 5 MiB max_entry_bytes
     max_unacked_ranges_to_persist_in_metadata_store: int = 1000
     cache_size_mb: float = 64
+    # Adds taken and not yet answered (queued for a ledger, in flight, waiting for a retry). Over it an add waits
+    # its turn (ManagedLedger.add_entry): backpressure, never an error. Keep it within the ledger client's
+    # max_pending_adds_per_ledger / max_pending_add_bytes_per_ledger, so a handle never refuses the pipeline.
+    max_pending_add_entries: int = 5_000
+    max_pending_add_bytes: int = 128 * 1024 * 1024
 
     def validate(self) -> "ManagedLedgerConfig":
         """Returns self; raises ManagedLedgerConfigError naming the field."""
@@ -46,9 +58,11 @@ class ManagedLedgerConfig:
             validate_quorum(self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
         except InvalidQuorumError as exc:
             raise ManagedLedgerConfigError(str(exc)) from exc
-        for name in ("max_entries_per_ledger", "max_size_per_ledger_mb", "cursor_max_entries_per_ledger"):
+        for name in ("max_entries_per_ledger", "cursor_max_entries_per_ledger"):
             if getattr(self, name) < 1:
                 raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_size_per_ledger_mb <= 0:
+            raise ManagedLedgerConfigError(f"max_size_per_ledger_mb must be > 0, got {self.max_size_per_ledger_mb}")
         if self.cursor_max_size_per_ledger_mb <= 0:
             raise ManagedLedgerConfigError("cursor_max_size_per_ledger_mb must be > 0")
         if self.max_unacked_ranges_to_persist_in_metadata_store < 0:
@@ -63,6 +77,8 @@ class ManagedLedgerConfig:
                 raise ManagedLedgerConfigError(f"{name} must be >= 0, or -1 for unlimited")
         if self.cache_size_mb < 0:
             raise ManagedLedgerConfigError("cache_size_mb must be >= 0")
+        if self.max_pending_add_entries < 1 or self.max_pending_add_bytes < 1:
+            raise ManagedLedgerConfigError("max_pending_add_entries and max_pending_add_bytes must be >= 1")
         return self
 
     @property

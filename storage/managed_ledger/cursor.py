@@ -214,6 +214,11 @@ class ManagedCursor:
     def _exists(self, position: Position) -> bool:
         return 0 <= position.entry_id < self.ml.ledger_entries(position.ledger_id)
 
+    def exists(self, position) -> bool:
+        """Whether ``position`` names an entry of this log (one a client may acknowledge)."""
+        position = Position(*position)
+        return position <= self.ml.last_confirmed_entry and self._exists(position)
+
     def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> asyncio.Future:
         """Ack single messages of a batch entry; the entry is consumed once all ``batch_size`` are."""
         limit = min(batch_size, MAX_BATCH_INDEXES)

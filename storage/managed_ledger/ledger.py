@@ -33,6 +33,7 @@ import asyncio
 import logging
 
 from storage.client import api
+from storage.admission import AddAdmission
 from storage.errors import (
     BadVersionError, ManagedLedgerClosedError, ManagedLedgerFencedError, MetadataError, NodeExistsError, NoNodeError,
     NoSuchLedgerError,
@@ -65,6 +66,7 @@ class ManagedLedger:
         self.info = ManagedLedgerInfo()
         self._version = -1
         self._adds = AddPipeline(self)
+        self._admission = AddAdmission(config.max_pending_add_entries, config.max_pending_add_bytes)
         self._read_handles: dict[int, api.ReadHandle] = {}
         self._waiters: list[asyncio.Future] = []
         self._meta_lock = asyncio.Lock()
@@ -168,17 +170,34 @@ class ManagedLedger:
     # ---- adds ------------------------------------------------------------------
 
     @property
+    def adds_waiting(self) -> int:
+        """Adds waiting for room under max_pending_add_entries / max_pending_add_bytes (not yet in the log)."""
+        return self._admission.waiting
+
+    @property
     def current_ledger_id(self) -> int:
         return self.info.ledgers[-1].ledger_id if self.info.ledgers else -1
 
     async def add_entry(self, data: bytes) -> Position:
         """Append one entry; returns its position once Qa bookies have it. Adds complete in call order.
 
+        Over ``max_pending_add_entries`` / ``max_pending_add_bytes`` it first
+        waits, in turn (a later add never overtakes a waiting one).
         Raises ManagedLedgerFencedError (another owner), ManagedLedgerClosedError,
         or the ledger store's error when no ledger could take the entry.
         """
         self.check_open()
-        return await self._adds.add(data)
+        n = len(data)
+        if not self._admission.try_admit(n):
+            await self._admission.admit(n)
+            try:
+                self.check_open()  # fenced or closed while it waited
+            except BaseException:
+                self._admission.release(n)
+                raise
+        fut = self._adds.add(data)
+        fut.add_done_callback(lambda _f: self._admission.release(n))
+        return await fut
 
     def _record_add(self, position: Position, data: bytes) -> None:
         """An add was acknowledged (called by the add pipeline, in order)."""
@@ -345,9 +364,20 @@ class ManagedLedger:
             return
         self._adds.roll_if_due()
         doomed = ledgers_to_trim(self.info, self.slowest_mark_delete(), self.clock(), Retention.of(self.config))
-        if not doomed:
+        await self._remove_ledgers([i.ledger_id for i in doomed])
+
+    async def remove_ledgers_before(self, position: Position) -> list[int]:
+        """Explicit truncation (a log stream's): remove every ledger whose entries all lie before ``position``,
+        never the one being written, by the same two-phase deletion as ``trim``. Returns their ids."""
+        self.check_open()
+        ids = [i.ledger_id for i in self.info.ledgers[:-1]
+               if Position(i.ledger_id, i.entries - 1) < Position(*position)]
+        await self._remove_ledgers(ids)
+        return ids
+
+    async def _remove_ledgers(self, ids: list[int]) -> None:
+        if not ids:
             return
-        ids = [i.ledger_id for i in doomed]
         self.info.ledgers = [i for i in self.info.ledgers if i.ledger_id not in ids]
         self.info.pending_deletion.extend(ids)
         await self.write_info()

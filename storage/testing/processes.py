@@ -278,6 +278,7 @@ class BrokerProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    stream_port: int = field(default_factory=free_port)  # never the default 4181: brokers run side by side
     # When set, clients and peers reach the broker through two proxy links (Pulsar and HTTP), which it
     # advertises as its internal listener; service_url and web_url then name the links.
     proxy: "NetProxyProcess | None" = None
@@ -305,6 +306,11 @@ class BrokerProcess(ServiceProcess):
         return f"broker 127.0.0.1:{self.port}"
 
     @property
+    def stream_address(self) -> str:
+        """host:port of its Stream API (gRPC)."""
+        return f"127.0.0.1:{self.stream_port}"
+
+    @property
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.advertised_port or self.port}"
 
@@ -321,7 +327,8 @@ class BrokerProcess(ServiceProcess):
         return f"http://127.0.0.1:{self.http_port}/health"  # the process itself, not through its proxy link
 
     def command(self) -> list[str]:
-        common = ["--port", str(self.port), "--http-port", str(self.http_port), *self.extra_args]
+        common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
+                  *self.extra_args]
         if self.metadata_url is not None:
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),

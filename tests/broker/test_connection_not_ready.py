@@ -30,6 +30,9 @@ class RecordingTransport:
     def get_extra_info(self, name):
         return ("127.0.0.1", 1234) if name == "peername" else None
 
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        self.write_buffer_limits = (high, low)
+
 
 def _connection() -> tuple[ServerConnection, RecordingTransport]:
     service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(),

@@ -39,6 +39,9 @@ class RecordingTransport:
     def get_extra_info(self, name):
         return ("127.0.0.1", 1234) if name == "peername" else None
 
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        self.write_buffer_limits = (high, low)
+
 
 class RefusesFirstPublish:
     """The topic seam: its ownership is being re-verified for the first publish, then it stores."""
@@ -47,6 +50,7 @@ class RefusesFirstPublish:
         self.stored: list[int] = []
         self.refusals = 1
         self.dedup = SimpleNamespace(last_sequence_id=lambda name: -1)
+        self.rates = SimpleNamespace(on_send=lambda conn, messages, size: None)  # no publish rate limits
 
     async def publish(self, producer, sequence_id, highest_sequence_id, num_messages, data):
         if self.refusals:
@@ -78,7 +82,8 @@ def _answers(transport) -> list[tuple[str, int]]:
 
 async def test_seed_11_sends_behind_a_refused_one_are_refused_until_the_producer_is_created_again():
     service = SimpleNamespace(config=BrokerConfig("memory://unused"), connections=set(),
-                              connection_limits=ConnectionLimits(), publish_buffer=PublishBuffer(0))
+                              connection_limits=ConnectionLimits(), publish_buffer=PublishBuffer(0),
+                              publish_rate=SimpleNamespace(on_send=lambda conn, messages, size: None))
     conn, transport = ServerConnection(service), RecordingTransport()
     conn.connection_made(transport)
     topic = RefusesFirstPublish()

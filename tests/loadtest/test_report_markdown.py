@@ -57,3 +57,20 @@ def test_the_sync_api_produce_figure_gets_a_row_and_a_verdict(tmp_path):
     text = write_report(doc, tmp_path, "x").read_text()
     assert _targets(text)["magnetar sync API (magnetar.Client) produce vs pulsar-client"] == "**not met**"
     assert "| produce, sync API (`magnetar.Client`) | 123,456 msg/s |" in text
+
+
+HOSTILE = json.loads((Path(__file__).parent / "data" / "bench-hostile-quick.json").read_text())
+
+
+def test_the_hostile_suite_gets_a_row_per_attack_with_its_verdict(tmp_path):
+    doc = copy.deepcopy(DOC)
+    doc["results"]["hostile"] = copy.deepcopy(HOSTILE)
+    doc["results"]["hostile"]["attacks"]["far_future_acks"]["targets_met"]["p99_within_5x"] = False
+    text = write_report(doc, tmp_path, "x").read_text()
+    section = text.split("## Hostile clients", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 1 + len(HOSTILE["attacks"])  # the reference, then one per attack
+    verdicts = {row.split(" | ")[0].lstrip("| "): row.split(" | ")[-1].rstrip(" |") for row in rows[1:]}
+    assert verdicts["ACKs of random far-future positions, 1,000 ids per ACK, back to back"] == "**p99 not met**"
+    assert verdicts["connections that never send CONNECT"] == "**met**"
+    assert "Reproduce: `python -m loadtest.bench hostile" in section

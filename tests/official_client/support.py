@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +14,7 @@ import pulsar
 import magnetar
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import FrameDecoder, command, encode_command
+from storage.testing.waiting import wait_until
 
 T = pb.BaseCommand
 
@@ -122,3 +124,21 @@ def admin_call(broker, method, path, body=None, raw: bytes | None = None):
             return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json" else text)
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read() or b"{}")
+
+
+def publish_all(producer, count: int, timeout_s: float = 30.0) -> float:
+    """Send ``count`` messages asynchronously; the seconds until every receipt arrived."""
+    done, failed, lock = [0], [], threading.Lock()
+
+    def receipt(result, _msg_id):
+        with lock:
+            done[0] += 1
+            if result != pulsar.Result.Ok:
+                failed.append(result)
+
+    started = time.monotonic()
+    for i in range(count):
+        producer.send_async(f"m{i}".encode(), receipt)
+    wait_until(lambda: done[0] == count, timeout_s, lambda: f"receipts for {count} messages; have {done[0]}")
+    assert failed == []
+    return time.monotonic() - started

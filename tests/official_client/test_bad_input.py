@@ -5,27 +5,12 @@ from __future__ import annotations
 import struct
 
 import pulsar
-import pytest
 
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import command, encode_command, encode_payload_command
-from tests.official_client.support import RawConnection, receive_n
+from tests.official_client.support import receive_n
 
 T = pb.BaseCommand
-
-
-@pytest.fixture
-def raw(standalone):
-    conns = []
-
-    def make():
-        c = RawConnection(standalone.port)
-        conns.append(c)
-        return c
-
-    yield make
-    for c in conns:
-        c.close()
 
 
 def _healthy(client, topic):
@@ -36,7 +21,7 @@ def _healthy(client, topic):
 
 
 def test_garbage_bytes_close_only_that_connection(raw, client, topic):
-    bad = raw()
+    bad = raw(connect=False)
     bad.send(b"\x00\x00\x00\x08garbage!")  # a frame whose command is not a BaseCommand
     assert bad.closed_by_peer()
     _healthy(client, topic)
@@ -44,21 +29,19 @@ def test_garbage_bytes_close_only_that_connection(raw, client, topic):
 
 def test_frame_larger_than_the_limit_closes_the_connection(raw, client, topic):
     bad = raw()
-    bad.connect()
     bad.send(struct.pack(">I", 64 * 1024 * 1024) + b"\x00" * 16)
     assert bad.closed_by_peer()
     _healthy(client, topic)
 
 
 def test_command_before_connect_closes_the_connection(raw):
-    bad = raw()
+    bad = raw(connect=False)
     bad.send(encode_command(command(T.PING, ping=pb.CommandPing())))
     assert bad.closed_by_peer()
 
 
 def test_send_for_an_unknown_producer_gets_send_error(raw, client, topic):
     conn = raw()
-    conn.connect()
     metadata = pb.MessageMetadata(producer_name="nobody", sequence_id=7, publish_time=1)
     conn.send(encode_payload_command(command(T.SEND, send=pb.CommandSend(producer_id=99, sequence_id=7)), metadata, b"x"))
     reply = conn.next()
@@ -71,7 +54,6 @@ def test_send_for_an_unknown_producer_gets_send_error(raw, client, topic):
 
 def test_invalid_topic_name_gets_a_specific_error(raw):
     conn = raw()
-    conn.connect()
     conn.send(encode_command(command(T.PRODUCER, producer=pb.CommandProducer(
         topic="persistent://public/default/a/b", producer_id=1, request_id=5))))
     reply = conn.next()
@@ -81,7 +63,6 @@ def test_invalid_topic_name_gets_a_specific_error(raw):
 
 def test_bad_checksum_gets_checksum_error(raw, topic):
     conn = raw()
-    conn.connect()
     conn.send(encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1))))
     assert conn.next().type == T.PRODUCER_SUCCESS
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
@@ -94,7 +75,6 @@ def test_bad_checksum_gets_checksum_error(raw, topic):
 
 def test_a_second_connect_is_ignored_and_the_connection_stays(raw):
     conn = raw()
-    conn.connect()
     conn.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="again", protocol_version=20))))
     conn.send(encode_command(command(T.PING, ping=pb.CommandPing())))
     assert conn.next().type == T.PONG  # nothing answers the second CONNECT
@@ -102,7 +82,7 @@ def test_a_second_connect_is_ignored_and_the_connection_stays(raw):
 
 def test_connect_and_producer_in_one_write(raw, topic):
     """The PRODUCER right behind CONNECT is judged after CONNECTED went out, not refused as 'before CONNECT'."""
-    conn = raw()
+    conn = raw(connect=False)
     conn.send(encode_command(command(T.CONNECT, connect=pb.CommandConnect(client_version="raw", protocol_version=20)))
               + encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=5))))
     assert conn.next().type == T.CONNECTED
@@ -112,7 +92,6 @@ def test_connect_and_producer_in_one_write(raw, topic):
 
 def test_a_second_create_of_a_producer_being_created_is_producer_busy(raw, topic):
     conn = raw()
-    conn.connect()
     create = [encode_command(command(T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=rid)))
               for rid in (5, 6)]
     conn.send(create[0] + create[1])

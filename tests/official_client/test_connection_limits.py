@@ -61,3 +61,38 @@ def test_a_connection_that_never_sends_connect_is_closed_after_the_timeout(start
     assert _pong(good)  # a connected client stays past the deadline
     silent.close()
     good.close()
+
+
+
+
+def _answer_pings_for(conn: RawConnection, seconds: float) -> None:
+    """Answer the broker's PINGs on ``conn`` for ``seconds``."""
+    conn.sock.settimeout(0.2)
+    until = time.monotonic() + seconds
+    try:
+        while time.monotonic() < until:
+            try:
+                reply = conn.next()
+            except TimeoutError:
+                continue
+            assert reply.type == T.PING, reply
+            conn.send(encode_command(command(T.PONG, pong=pb.CommandPong())))
+    finally:
+        conn.sock.settimeout(10)
+
+
+def test_a_connection_that_stops_answering_pings_is_closed(start_standalone):
+    broker = start_standalone(env={"MAGNETAR_BROKER_KEEP_ALIVE_INTERVAL_S": "1"})
+    silent, answering = RawConnection(broker.port), RawConnection(broker.port)
+    silent.connect()
+    answering.connect()
+    # The broker pings after a quiet interval and gives the peer up after another without a PONG; the
+    # connection that answers stays up all along.
+    _answer_pings_for(answering, 4)
+    silent.sock.settimeout(0.1)
+    assert silent.closed_by_peer()
+    answering.send(encode_command(command(T.PING, ping=pb.CommandPing())))
+    while (reply := answering.next()).type == T.PING:
+        answering.send(encode_command(command(T.PONG, pong=pb.CommandPong())))
+    assert reply.type == T.PONG
+    answering.close()

@@ -13,25 +13,10 @@ import pytest
 
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import command, encode_command, encode_payload_command
-from tests.official_client.support import RawConnection, receive_n
+from tests.official_client.support import receive_n
 
 T = pb.BaseCommand
 HUGE = 2**31 - 1
-
-
-@pytest.fixture
-def raw(standalone):
-    conns = []
-
-    def make():
-        c = RawConnection(standalone.port)
-        conns.append(c)
-        c.connect()
-        return c
-
-    yield make
-    for c in conns:
-        c.close()
 
 
 def assert_responsive(raw, within_s: float = 1.0) -> None:

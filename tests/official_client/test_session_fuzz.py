@@ -391,13 +391,14 @@ class SessionMachine(RuleBasedStateMachine):
         self._do(lambda: self.wire.ping() or self._note_unsolicited())
 
     @rule(data=st.data())
-    def unsupported(self, data):
-        """Well-formed commands the broker does not implement: refused by request id."""
+    def get_or_create_schema(self, data):
+        """A valid or invalid schema: answered by request id either way (a version or an error code)."""
         rid = self._request_id(data)
-        cmd = data.draw(st.sampled_from([
-            command(T.GET_OR_CREATE_SCHEMA, getOrCreateSchema=pb.CommandGetOrCreateSchema(
-                request_id=rid, topic=self.topics[0], schema=pb.Schema(name="s", schema_data=b"{}", type=pb.Schema.Json))),
-        ]), label="command")
+        schema_data = data.draw(st.sampled_from([b"{}", b'{"type": "record", "name": "R", "fields": []}', b"x"]),
+                                label="schema")
+        cmd = command(T.GET_OR_CREATE_SCHEMA, getOrCreateSchema=pb.CommandGetOrCreateSchema(
+            request_id=rid, topic=self._topic(data), schema=pb.Schema(name="s", schema_data=schema_data,
+                                                                      type=pb.Schema.Json)))
         self._do(lambda: self._expect(self.wire.request(cmd, rid)))
 
     @precondition(lambda self: self.steps > 0)

@@ -351,7 +351,7 @@ async def test_tls_only_broker_serves_pulsar_ssl_and_https_and_nothing_plain(tmp
 
     data_dir = tmp_path / "data"
     config = BrokerConfig(
-        metadata_store_url=metadata_url(data_dir), port=None, http_port=None, tls_port=0, https_port=0,
+        metadata_store_url=metadata_url(data_dir), port=None, http_port=None, tls_port=0, https_port=0, stream_port=None,
         tls_certificate_file_path=str(tls_files.server_cert_path), tls_key_file_path=str(tls_files.server_key_path),
         tls_trust_certs_file_path=str(tls_files.ca_path)).validate()
     standalone = await Standalone.start(data_dir, config, free_port_block(3))

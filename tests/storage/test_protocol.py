@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from storage import protocol as p
-from storage.errors import FrameTooLargeError, MalformedRequestError
+from storage.errors import BadRequestError, FrameTooLargeError, MalformedRequestError
 
 
 def frame(fields) -> bytes:
@@ -87,3 +87,91 @@ def test_fuzz_decoder_raises_only_protocol_errors(data):
             assert isinstance(msg, (p.AddRequest, p.ReadRequest, p.ReadLacRequest, p.BatchReadRequest))
     except (MalformedRequestError, FrameTooLargeError):
         pass
+
+
+# ---- field bounds ----------------------------------------------------------------------------------------------
+
+KEY = b"k" * 32
+LIMITS = p.RequestLimits(max_batch_read_bytes=1000, max_batch_read_entries=10)
+
+
+@pytest.mark.parametrize(
+    "request_, field",
+    [
+        (p.AddRequest(-1, 1, 0, 0, KEY, b"x"), "request id"),
+        (p.AddRequest(1, -1, 0, 0, KEY, b"x"), "ledger_id"),
+        (p.AddRequest(1, 2**63, 0, 0, KEY, b"x"), "ledger_id"),
+        (p.AddRequest(1, 1, -1, 0, KEY, b"x"), "entry_id"),
+        (p.AddRequest(1, 1, 2**64 - 1, 0, KEY, b"x"), "entry_id"),
+        (p.AddRequest(1, 1, 0, 2, KEY, b"x"), "flags"),
+        (p.AddRequest(1, 1, 0, -1, KEY, b"x"), "flags"),
+        (p.AddRequest(1, 1, 0, 0, b"k" * 65, b"x"), "master_key of 65 bytes"),
+        (p.ReadRequest(1, 1, -2, 0, b""), "entry_id"),
+        (p.ReadRequest(1, 1, 0, 2, b""), "flags"),
+        (p.ReadRequest(1, 1, 0, 0, b"k" * 65), "master_key of 65 bytes"),
+        (p.ReadLacRequest(1, -5), "ledger_id"),
+        (p.ReadLacRequest(2**63, 5), "request id"),
+        (p.BatchReadRequest(1, 1, -1, 5, 100), "first_entry_id"),
+        (p.BatchReadRequest(1, 1, 6, 5, 100), "last_entry_id"),
+        (p.BatchReadRequest(1, 1, 0, 2**63, 100), "last_entry_id"),
+        (p.BatchReadRequest(1, 1, 0, 5, 0), "max_bytes"),
+        (p.BatchReadRequest(1, 1, 0, 5, -(2**63)), "max_bytes"),
+    ],
+)
+def test_a_field_out_of_bounds_is_a_bad_request_naming_it(request_, field):
+    with pytest.raises(BadRequestError, match=field):
+        p.bounded(request_, LIMITS)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        p.AddRequest(0, 0, 0, 0, b"k", b""),
+        p.AddRequest(2**63 - 1, 2**63 - 1, 2**63 - 1, p.FLAG_RECOVERY, b"k" * 64, b"x"),
+        p.ReadRequest(1, 1, p.LAST_ENTRY, p.FLAG_FENCE, KEY),
+        p.ReadRequest(1, 1, 5, 0, b""),
+        p.ReadLacRequest(1, 0),
+        p.BatchReadRequest(1, 1, 0, 9, 1000),
+        p.BatchReadRequest(1, 1, 7, 7, 1),
+    ],
+)
+def test_requests_within_bounds_pass_unchanged(request_):
+    assert p.bounded(request_, LIMITS) is request_
+
+
+@pytest.mark.parametrize(
+    "first, last, max_bytes, capped",
+    [
+        (0, 2**63 - 1, 2**62, (0, 9, 1000)),  # "everything": ten entries, a thousand bytes
+        (5, 100, 500, (5, 14, 500)),  # the count is capped, the size was within bounds
+        (5, 6, 10**9, (5, 6, 1000)),  # the size is capped, the count was within bounds
+    ],
+)
+def test_a_batch_read_asking_for_more_is_capped(first, last, max_bytes, capped):
+    got = p.bounded(p.BatchReadRequest(3, 4, first, last, max_bytes), LIMITS)
+    assert (got.rid, got.ledger_id) == (3, 4)
+    assert (got.first_entry_id, got.last_entry_id, got.max_bytes) == capped
+
+
+_ANY_INT = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # every integer msgpack carries
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.builds(p.AddRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, st.binary(max_size=80), st.binary(max_size=8)),
+    st.builds(p.ReadRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, st.binary(max_size=80)),
+    st.builds(p.ReadLacRequest, _ANY_INT, _ANY_INT),
+    st.builds(p.BatchReadRequest, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT, _ANY_INT),
+))
+def test_bounded_passes_only_requests_within_every_bound(request_):
+    """Whatever a decoder can produce, bounded() answers BadRequest or a request whose every field is in range."""
+    try:
+        got = p.bounded(request_, LIMITS)
+    except BadRequestError:
+        return
+    assert 0 <= got.rid <= p.MAX_ID and 0 <= got.ledger_id <= p.MAX_ID
+    if isinstance(got, p.BatchReadRequest):
+        assert 0 <= got.first_entry_id <= got.last_entry_id < got.first_entry_id + LIMITS.max_batch_read_entries
+        assert 1 <= got.max_bytes <= LIMITS.max_batch_read_bytes
+    elif isinstance(got, (p.AddRequest, p.ReadRequest)):
+        assert p.LAST_ENTRY <= got.entry_id <= p.MAX_ID and got.flags >= 0 and len(got.master_key) <= 64

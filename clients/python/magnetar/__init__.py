@@ -13,11 +13,11 @@ from magnetar.compression import CompressionType
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
 from magnetar.errors import MagnetarError, Result
 from magnetar.message import Message, MessageId
-from magnetar.sync import Client, Consumer, Producer, Reader
+from magnetar.sync import Client, Consumer, Producer, Reader, TableView
 
 # The official client's names, so code ports by changing the import.
 ConsumerDeadLetterPolicy = DeadLetterPolicy
 PulsarException = MagnetarError
 
 __all__ = ["Authentication", "AuthenticationBasic", "AuthenticationTLS", "AuthenticationToken", "BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
-           "Producer", "Reader", "Result"]
+           "Producer", "Reader", "Result", "TableView"]

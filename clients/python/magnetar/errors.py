@@ -91,6 +91,20 @@ class TopicTerminated(MagnetarError):
     result = Result.TopicTerminated
 
 
+@_code(_pb.ProducerBlockedQuotaExceededError)
+class ProducerBlockedQuotaExceededError(MagnetarError):
+    """The topic's backlog quota (policy producer_request_hold) holds new producers until its backlog drops."""
+
+    result = Result.ProducerBlockedQuotaExceededError
+
+
+@_code(_pb.ProducerBlockedQuotaExceededException)
+class ProducerBlockedQuotaExceededException(MagnetarError):
+    """The topic's backlog quota (policy producer_exception) refuses producers."""
+
+    result = Result.ProducerBlockedQuotaExceededException
+
+
 @_code(_pb.ProducerBusy)
 class ProducerBusy(MagnetarError):
     result = Result.ProducerBusy

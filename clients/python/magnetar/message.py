@@ -93,7 +93,7 @@ MessageId.latest = MessageId(ledger_id=(1 << 63) - 1, entry_id=(1 << 63) - 1)
 class Message:
     """A received message."""
 
-    __slots__ = ("_data", "_id", "_metadata", "_single", "_topic", "_redelivery_count", "chunks")
+    __slots__ = ("_data", "_id", "_metadata", "_single", "_topic", "_redelivery_count", "chunks", "_schema", "_writer")
 
     def __init__(self, data: bytes, message_id: MessageId, metadata: pb.MessageMetadata,
                  single: pb.SingleMessageMetadata | None, topic: str, redelivery_count: int):
@@ -101,12 +101,26 @@ class Message:
         self._topic, self._redelivery_count = topic, redelivery_count
         # Earlier chunk entries of a chunked message (acked with it); a shared empty tuple when not chunked.
         self.chunks: Sequence[tuple[int, int]] = ()
+        # The consumer's schema and the one the message was written with (see AsyncConsumer), when it has one.
+        self._schema = self._writer = None
 
     def data(self) -> bytes:
         return self._data
 
     def value(self):
-        return self._data
+        """The payload decoded with the consumer's schema (resolved against the writer's); bytes without one."""
+        if self._schema is None:
+            return self._data
+        return self._schema.decode_with(self._data, self._writer)
+
+    def schema_version(self) -> str:
+        """The schema version the producer wrote with, as the official client gives it (a str of the 8 bytes)."""
+        return self._metadata.schema_version.decode("latin-1")
+
+    def int_schema_version(self) -> int:
+        """The schema version as a number; -1 when the message has none."""
+        raw = self._metadata.schema_version
+        return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
 
     def message_id(self) -> MessageId:
         return self._id

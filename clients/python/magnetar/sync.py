@@ -99,8 +99,16 @@ class Client:
     def create_reader(self, topic: str, start_message_id, **options) -> "Reader":
         return Reader(self, self._run(self._async.create_reader(topic, start_message_id, **options)))
 
+    def create_table_view(self, topic: str, schema=None) -> "TableView":
+        """The latest value of each key of ``topic`` (empty values delete keys), kept up to date."""
+        return TableView(self, self._run(self._async.create_table_view(topic, schema)))
+
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._async.get_topic_partitions(topic))
+
+    def get_schema_info(self, topic: str, version: int | None = None):
+        """The topic's schema (magnetar.schema.SchemaInfo), the latest or by version; TopicNotFound without one."""
+        return self._run(self._async.get_schema_info(topic, version))
 
     def close(self) -> None:
         """Close every producer (sending what they hold first) and consumer, then the connections."""
@@ -178,7 +186,9 @@ class Producer(_Facade):
         self._submit(content, None if callback is None else _Callback(callback), kwargs)
 
     def _submit(self, content, completion, options: dict) -> None:
-        if type(content) is not bytes:
+        if self._inner.schema is not None and content is not None:  # None: a tombstone (null value)
+            content = self._inner.schema.encode(content)
+        if type(content) is not bytes and content is not None:
             content = _as_bytes(content)
         if options and not options.keys() <= _SEND_OPTIONS:
             raise TypeError(f"unknown send options: {', '.join(sorted(options.keys() - _SEND_OPTIONS))}")
@@ -369,3 +379,30 @@ class Reader(_Facade):
 
     def seek(self, target) -> None:
         self._run(self._inner.seek(target))
+
+
+class TableView(_Facade):
+    """The official client's TableView. Reads are answered from the loop's dict (one lookup: safe under the GIL);
+    listeners run on the client's event-loop thread and must not block."""
+
+    def get(self, key: str):
+        return self._inner.get(key)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._inner
+
+    def for_each(self, action) -> None:
+        for key, value in self._run(self._items()):
+            action(key, value)
+
+    def for_each_and_listen(self, action) -> None:
+        async def register():
+            self._inner.for_each_and_listen(action)
+
+        self._run(register())
+
+    async def _items(self):
+        return self._inner.items()

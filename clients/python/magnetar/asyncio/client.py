@@ -13,6 +13,8 @@ from magnetar.asyncio.consumer import AsyncConsumer, ConsumerType, InitialPositi
 from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
+from magnetar.asyncio.schemas import get_schema_info
+from magnetar.schema.schema import WriterSchemas
 from magnetar.auth import Authentication
 from magnetar.errors import (
     AlreadyClosed, ConnectError, InvalidConfiguration, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound,
@@ -51,6 +53,7 @@ class AsyncClient:
         self._handlers: list = []
         self.max_message_size = 5 * 1024 * 1024
         self.closed = False
+        self.writer_schemas = WriterSchemas()  # schemas fetched by (topic, version) for decoding
 
     @staticmethod
     def check_options(service_url: str, *, authentication=None, tls_trust_certs_file_path=None,
@@ -222,14 +225,35 @@ class AsyncClient:
         return sorted(t for t in resp.topics if pattern.fullmatch(t))
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = False,
-                            receiver_queue_size: int = 1000, reader_name: str | None = None) -> "AsyncReader":
+                            receiver_queue_size: int = 1000, reader_name: str | None = None,
+                            schema=None, is_read_compacted: bool = False) -> "AsyncReader":
         consumer = AsyncConsumer(
             self, topic, f"reader-{uuid.uuid4().hex[:10]}", consumer_type=ConsumerType.Exclusive, durable=False,
             initial_position=InitialPosition.Earliest if start_message_id == MessageId.earliest else InitialPosition.Latest,
             start_message_id=start_message_id, start_message_id_inclusive=start_message_id_inclusive,
-            receiver_queue_size=receiver_queue_size, consumer_name=reader_name)
+            receiver_queue_size=receiver_queue_size, consumer_name=reader_name, schema=schema,
+            is_read_compacted=is_read_compacted)
         await self._start(consumer)
         return AsyncReader(consumer)
+
+    async def create_table_view(self, topic: str, schema=None) -> "AsyncTableView":
+        """A TableView: the latest value of each key of ``topic``, loaded from its compacted view and kept up to
+        date (see asyncio/table_view.py)."""
+        from magnetar.asyncio.table_view import AsyncTableView
+
+        reader = await self.create_reader(topic, MessageId.earliest, is_read_compacted=True, schema=schema)
+        view = AsyncTableView(reader, schema)
+        try:
+            await view.load()
+        except BaseException:
+            await reader.close()
+            raise
+        self._handlers.append(view)
+        return view
+
+    async def get_schema_info(self, topic: str, version: int | None = None):
+        """The topic's schema (a magnetar.schema.SchemaInfo), latest or by version; TopicNotFound without one."""
+        return await get_schema_info(self, topic, version)
 
     async def _start(self, handler) -> None:
         try:

@@ -63,6 +63,10 @@ class PartitionedProducer:
         return sum(p.pending_messages() for p in self.producers)
 
     @property
+    def schema(self):
+        return self.producers[0].schema
+
+    @property
     def on_room(self):
         return self.producers[0].on_room
 

@@ -87,9 +87,11 @@ class AsyncProducer:
                  batching_max_publish_delay_ms: float = 10, send_timeout_millis: int = 30_000,
                  max_pending_messages: int = 1000, block_if_queue_full: bool = False, access_mode: int = 0,
                  initial_sequence_id: int | None = None, partition: int = -1, compression_type: int = 0,
-                 chunking_enabled: bool = False, batching_type: int = 0):
+                 chunking_enabled: bool = False, batching_type: int = 0, schema=None):
         self.client = client
         self._topic = topic
+        self.schema = schema  # a magnetar.schema.Schema: values are encoded with it; None sends bytes as given
+        self.schema_version: bytes | None = None  # the broker's version of the schema, stamped on each message
         self._name = producer_name
         self._user_named = producer_name is not None
         self.batching = batching_enabled
@@ -138,12 +140,17 @@ class AsyncProducer:
             req.producer_name = self._name
         if self.topic_epoch is not None:
             req.topic_epoch = self.topic_epoch
+        declared = self.schema.schema_info().to_proto() if self.schema is not None else None
+        if declared is not None:
+            req.schema.CopyFrom(declared)
         try:
             success = await self.conn.request(T.PRODUCER, "producer", req)
         except BaseException:
             self.conn.producers.pop(self.producer_id, None)
             raise
         self._name = success.producer_name
+        self.schema_version = success.schema_version if success.HasField("schema_version") and success.schema_version \
+            else None
         if success.HasField("topic_epoch"):
             self.topic_epoch = success.topic_epoch
         if success.last_sequence_id >= self._next_seq:
@@ -214,6 +221,8 @@ class AsyncProducer:
         (callers that want to wait for room use ``await send(...)``). A send older than
         ``send_timeout_millis`` fails with Timeout.
         """
+        if self.schema is not None and content is not None:  # None: a tombstone, with or without a schema
+            content = self.schema.encode(content)
         fut = asyncio.get_running_loop().create_future()
         self.enqueue(content, fut, **kwargs)
         return fut
@@ -223,7 +232,10 @@ class AsyncProducer:
         """``send_async`` with the caller's own completion (see ``_Send``; None when nobody waits). Raises as it."""
         if self.closed:
             raise AlreadyClosed(f"producer on {self._topic} is closed")
-        if type(content) is not bytes:
+        null_value = content is None  # a tombstone for compaction: no value at all, not an empty one
+        if null_value:
+            content = b""
+        elif type(content) is not bytes:
             content = bytes(content)
         size = len(content)
         if size > self.client.max_message_size and not self.chunking:
@@ -244,11 +256,14 @@ class AsyncProducer:
             deliver_at_ms = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
         elif deliver_at is not None:
             deliver_at_ms = int(deliver_at)
-        keyed = properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
+        keyed = (properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
+                 or null_value)
         if self.batching and deliver_at_ms is None:
             key = None
             if keyed:
                 smm = pb.SingleMessageMetadata(payload_size=size, sequence_id=seq)
+                if null_value:
+                    smm.null_value = True
                 _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
                       event_timestamp=event_timestamp)
                 header = batch_message_header(smm)
@@ -278,6 +293,8 @@ class AsyncProducer:
                   event_timestamp=event_timestamp)
             if deliver_at_ms is not None:
                 md.deliver_at_time = deliver_at_ms
+            if null_value:
+                md.null_value = True
             if size > self.client.max_message_size:
                 self._enqueue_chunks(md, content, completion)
             else:
@@ -323,7 +340,10 @@ class AsyncProducer:
             self._arm_timeouts(asyncio.get_running_loop())
 
     def _metadata(self, seq: int) -> pb.MessageMetadata:
-        return pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
+        md = pb.MessageMetadata(producer_name=self._name or "", sequence_id=seq, publish_time=int(time.time() * 1000))
+        if self.schema_version is not None:
+            md.schema_version = self.schema_version
+        return md
 
     def _encode(self, md, payload: bytes) -> bytes:
         if self.compression is not CompressionType.NONE:

@@ -9,7 +9,7 @@ per package) but both bind their classes to codes through a
 ``http_status`` from the row, so neither types a number in.
 
 HTTP statuses follow what the admin REST has always answered: 412 for an
-invalid name, 404 for a missing topic or subscription, 405 for an operation
+invalid name, 404 for a missing topic or subscription, 409 for an incompatible schema, 405 for an operation
 not allowed, 500 for the rest (401/403 for the authentication codes, which
 Pulsar uses and no route raises yet).
 """
@@ -53,7 +53,7 @@ SERVER_ERRORS: dict[int, ServerErrorCode] = {row.code: row for row in (
     _row(pb.TopicTerminatedError),
     _row(pb.ProducerBusy),
     _row(pb.InvalidTopicName, http_status=412),
-    _row(pb.IncompatibleSchema),
+    _row(pb.IncompatibleSchema, http_status=409),
     _row(pb.ConsumerAssignError),
     _row(pb.TransactionCoordinatorNotFound),
     _row(pb.InvalidTxnStatus),
