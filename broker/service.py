@@ -424,9 +424,13 @@ class BrokerService:
             await topic.close(notify=True)
 
     async def _maintain(self) -> None:
-        """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add."""
+        """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add;
+        non-persistent topics idle that long are forgotten."""
         while True:
             await asyncio.sleep(self.config.maintenance_interval_s)  # a period, not synchronisation
+            now = time.monotonic()
+            for np_topic in list(self.non_persistent.values()):
+                np_topic.retire_if_idle(now, self.config.maintenance_interval_s)
             for topic in list(self.topics.values()):
                 try:
                     await topic.ml.trim()

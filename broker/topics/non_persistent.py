@@ -161,7 +161,7 @@ class NonPersistentSubscription:
             self._announce_active()
         if not self.consumers and self.topic.subscriptions.get(self.name) is self:
             del self.topic.subscriptions[self.name]  # no cursor to keep: it goes with its last consumer
-            self.topic.retire_if_idle()
+            self.topic.last_active = time.monotonic()
         return []
 
     async def acknowledge(self, consumer: Consumer, cumulative: bool, ids) -> None:
@@ -268,13 +268,14 @@ class NonPersistentTopic:
         self.producers.pop(producer, None)
         if self._producer_names.get(producer.name) is producer:
             del self._producer_names[producer.name]
-        self.retire_if_idle()
+        self.last_active = time.monotonic()
 
-    def retire_if_idle(self) -> None:
-        """With no producer and no subscription the topic holds nothing: the broker forgets it (it comes back on
-        the next producer or consumer), so topics clients once named do not pile up in memory."""
-        if self.closed or self.producers or self.subscriptions:
-            return
+    def retire_if_idle(self, now: float, min_idle_s: float) -> bool:
+        """With no producer and no subscription for ``min_idle_s`` the topic holds nothing: the broker forgets it
+        (it comes back with the next producer or consumer), so topics clients once named do not pile up in memory.
+        Only after a while idle, so a producer or consumer that is just attaching finds it still open."""
+        if self.closed or self.producers or self.subscriptions or now - self.last_active < min_idle_s:
+            return False
         self.closed = True
         self.rates.close()
         for hook in self.closing_hooks:
@@ -282,6 +283,7 @@ class NonPersistentTopic:
         registry = self.service.non_persistent
         if registry.get(str(self.name)) is self:
             del registry[str(self.name)]
+        return True
 
     async def publish(self, producer: Producer, sequence_id: int, highest_sequence_id: int,
                       num_messages: int, data: bytes) -> Position:
@@ -337,7 +339,7 @@ class NonPersistentTopic:
         if consumer is not None:
             await sub.remove_consumer(consumer)
         self.subscriptions.pop(sub_name, None)
-        self.retire_if_idle()
+        self.last_active = time.monotonic()
 
     # ---- what persistent topics answer from storage -------------------------
 

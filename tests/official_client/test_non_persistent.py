@@ -145,6 +145,20 @@ def test_magnetar_client_produces_and_consumes(standalone, np_topic):
         mclient.close()
 
 
+def test_an_idle_topic_is_forgotten_and_comes_back(start_standalone):
+    broker = start_standalone(env={"MAGNETAR_BROKER_MAINTENANCE_INTERVAL_S": "0.5"})
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=15)
+    topic = f"non-persistent://public/default/idle-{uuid.uuid4().hex[:8]}"
+    try:
+        client.create_producer(topic).close()
+        wait_until(lambda: admin_call(broker, "GET", _stats_path(topic))[0] == 404, 15, "the idle topic forgotten")
+        consumer = client.subscribe(topic, "back")
+        client.create_producer(topic).send(b"again")
+        assert payloads(receive_n(consumer, 1)) == [b"again"]
+    finally:
+        client.close()
+
+
 def test_stats_of_a_topic_nobody_uses_is_404(standalone):
     status, body = admin_call(standalone, "GET", _stats_path(f"non-persistent://public/default/none-{uuid.uuid4().hex}"))
     assert status == 404 and "not served" in body["reason"]
