@@ -11,6 +11,7 @@ import pytest
 
 import magnetar
 from storage.testing.waiting import wait_until
+from tests.admin_cli.support import run as magnetar_admin
 from tests.official_client.support import admin_call, assert_nothing_more, payloads, receive_n
 
 
@@ -69,6 +70,8 @@ def test_messages_beyond_the_permits_are_dropped_and_counted(standalone, client,
     sub = stats["subscriptions"]["slow"]
     assert (sub["msgDropped"], sub["msgOutCounter"], stats["msgDropped"]) == (40, 10, 40)
     assert stats["msgInCounter"] == 50
+    via_cli = magnetar_admin("topics", "stats", np_topic, url=standalone.web_url).json()
+    assert via_cli["subscriptions"]["slow"]["msgDropped"] == 40
     assert payloads(receive_n(consumer, 10)) == [f"{i}".encode() for i in range(10)]
     assert_nothing_more(consumer)  # the 40 dropped are gone: no cursor, no redelivery
 
@@ -85,6 +88,41 @@ def test_shared_consumers_split_the_messages(standalone, client, np_topic):
     assert sorted(int(m.data()) for m in got_a + got_b) == list(range(20))
     assert_nothing_more(a)
     assert_nothing_more(b)
+
+
+def _both_attached(broker, topic, sub):
+    return lambda: len(_stats(broker, topic)["subscriptions"].get(sub, {}).get("consumers", [])) == 2
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(standalone, client, np_topic):
+    consumers = [client.subscribe(np_topic, "keyed", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)]
+    wait_until(_both_attached(standalone, np_topic, "keyed"), 10, "both consumers attached")
+    producer = client.create_producer(np_topic, batching_enabled=False)
+    for i in range(40):
+        producer.send(f"{i}".encode(), partition_key=f"k{i % 8}")
+    holders: dict[str, set[int]] = {}
+    total = 0
+    for n, consumer in enumerate(consumers):
+        while True:
+            try:
+                msg = consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                break
+            holders.setdefault(msg.partition_key(), set()).add(n)
+            total += 1
+    assert total == 40 and len(holders) == 8
+    assert all(len(h) == 1 for h in holders.values())  # no key split between consumers
+
+
+def test_failover_sends_everything_to_the_active_consumer(standalone, client, np_topic):
+    first = client.subscribe(np_topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
+    second = client.subscribe(np_topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    wait_until(_both_attached(standalone, np_topic, "fo"), 10, "both consumers attached")
+    producer = client.create_producer(np_topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"{i}".encode())
+    assert payloads(receive_n(first, 10)) == [f"{i}".encode() for i in range(10)]  # "a" sorts first: active
+    assert_nothing_more(second)
 
 
 def test_exclusive_subscription_refuses_a_second_consumer(client, np_topic):
