@@ -46,6 +46,8 @@ def test_produce_and_consume_through_memory(standalone, client, np_topic):
     assert stats["msgInCounter"] == 20 and stats["msgOutCounter"] == 20
     assert stats["storageSize"] == 0 and stats["msgBacklog"] == 0
     assert stats["subscriptions"]["s"]["msgDropped"] == 0
+    status, lookup = admin_call(standalone, "GET", "/lookup/v2/topic/" + np_topic.replace("://", "/"))
+    assert status == 200 and lookup["brokerUrl"] == standalone.service_url
 
 
 def test_nothing_is_kept_for_a_later_subscriber(standalone, client, np_topic):
