@@ -45,6 +45,7 @@ from broker.server.limits import ConnectionLimits, PublishBuffer
 from broker.subscriptions.reads_in_flight import ReadsInFlight
 from broker.topics import lifecycle
 from broker.topics.lifecycle_policies import inactive_topic_deletable, subscription_expired
+from broker.topics.non_persistent import NonPersistentTopic
 from broker.topics.persistent import PersistentTopic
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
@@ -73,6 +74,7 @@ class BrokerService:
         self.schemas = SchemaRegistry(self)
         self.policy_watch = PolicyWatch(store, self.resources)  # namespace policy changes reach loaded topics
         self.topics: dict[str, PersistentTopic] = {}
+        self.non_persistent: dict[str, NonPersistentTopic] = {}  # apart: the storage upkeep loops skip them
         self._loading: SharedLoads[PersistentTopic] = SharedLoads()
         self.connections: set[ServerConnection] = set()
         self.connection_limits = ConnectionLimits(config.broker_max_connections, config.broker_max_connections_per_ip)
@@ -211,7 +213,7 @@ class BrokerService:
 
     def load_report(self) -> LoadReport:
         rate_in, rate_out, cpu = self._rates
-        return LoadReport(topics=len(self.topics), connections=len(self.connections), msg_rate_in=rate_in,
+        return LoadReport(topics=len(self.topics) + len(self.non_persistent), connections=len(self.connections), msg_rate_in=rate_in,
                           msg_rate_out=rate_out, cpu_percent=cpu, bundle_stats=self.bundle_stats)
 
     async def _report_load(self) -> None:
@@ -225,8 +227,12 @@ class BrokerService:
             except (MetadataError, BrokerError) as exc:
                 log.warning("load report failed: %s", exc)
 
+    def loaded_topics(self) -> list:
+        """Every topic served here, persistent and non-persistent."""
+        return [*self.topics.values(), *self.non_persistent.values()]
+
     async def _sample_load(self) -> None:
-        topics = list(self.topics.values())
+        topics = self.loaded_topics()
         self._rates = self._load_sampler.sample(sum(t.msg_in for t in topics), sum(t.msg_out for t in topics))
         samples = [TopicSample(str(t.name), bundle_key(await self.ownership.path_of(t.name)), t.msg_in, t.msg_out,
                                t.bytes_in, t.bytes_out, len(t.producers),
@@ -235,8 +241,8 @@ class BrokerService:
 
     def _session_lost(self) -> None:
         """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
-        for name in list(self.topics):
-            self.spawn(self.unload_topic(self.topics[name].name))
+        for topic in self.loaded_topics():
+            self.spawn(self.unload_topic(topic.name))
         self.spawn(self.ownership.register())
         if self.stream_api is not None:
             self.spawn(self.stream_api.session_lost())
@@ -248,7 +254,7 @@ class BrokerService:
             self.spawn(self.stream_api.service.unload_bundle(path))
 
     async def _unload_bundle_topics(self, path: str) -> None:
-        for topic in list(self.topics.values()):
+        for topic in self.loaded_topics():
             if await self.ownership.path_of(topic.name) == path:
                 try:
                     await self.unload_topic(topic.name)
@@ -258,6 +264,8 @@ class BrokerService:
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
         await self._check_namespace(topic)
+        if not topic.persistent:
+            return 0  # partitioned non-persistent topics are not supported
         partitions = await self.resources.partition_count(topic)
         if partitions or topic.partition_index >= 0:
             return partitions
@@ -308,15 +316,16 @@ class BrokerService:
     async def get_topic(self, name: TopicName, *, create: bool, admin: bool = False) -> PersistentTopic:
         """The loaded topic, loading it on first use; ``create`` allows auto-creation (``admin`` creates regardless)."""
         key = str(name)
-        topic = self.topics.get(key)
+        registry = self.topics if name.persistent else self.non_persistent
+        topic = registry.get(key)
         if topic is not None and not topic.closed:
             return topic
         async def load() -> PersistentTopic:
-            loaded = await self._load(name, create, admin)
+            loaded = await (self._load if name.persistent else self._load_non_persistent)(name, create, admin)
             if not await self.ownership.owns(name):  # unloaded, split away or lost while it was loading
                 await loaded.close(notify=True)
                 raise ServiceNotReadyError(f"topic {name} moved while it was loading; look it up again")
-            self.topics[key] = loaded
+            registry[key] = loaded
             return loaded
 
         return await self._loading.load(key, load)
@@ -348,6 +357,24 @@ class BrokerService:
         self.policy_watch.attach(topic)
         return topic
 
+    async def _load_non_persistent(self, name: TopicName, create: bool, admin: bool) -> NonPersistentTopic:
+        """A non-persistent topic exists while it is loaded: "creating" it is loading it, and auto-creation (or an
+        admin) allows that. It lives in the bundle of its name, like a persistent one."""
+        await self._check_namespace(name)
+        owner = await self.ownership.try_acquire(name)
+        if owner.broker_id != self.ownership.me.broker_id:
+            raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
+        if not admin and not (create and self.config.allow_auto_topic_creation):
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        policies = await self.resources.get_policies(name.namespace_name)
+        topic = NonPersistentTopic(self, name, policies, await self.resources.get_topic_policies(name))
+        self.policy_watch.attach(topic)
+        return topic
+
+    def non_persistent_topics_of(self, ns: NamespaceName) -> list[str]:
+        """The namespace's non-persistent topics loaded on this broker (they are nowhere else on record)."""
+        return [key for key, t in self.non_persistent.items() if t.name.namespace_name == ns and not t.closed]
+
     def managed_ledger_config_for(self, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
         return topic_ledger_config(self.config, policies, topic_policies)
 
@@ -373,7 +400,7 @@ class BrokerService:
         instead of reloading the topic here, where it would stay after the bundle is gone."""
         self.ownership.disable(bundle_path)
         try:
-            names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
+            names = [t for t in self.loaded_topics() if await self.ownership.path_of(t.name) == bundle_path]
             for topic in names:
                 await self.unload_topic(topic.name)
             if self.stream_api is not None:
@@ -392,14 +419,18 @@ class BrokerService:
         return halves
 
     async def unload_topic(self, name: TopicName) -> None:
-        topic = self.topics.pop(str(name), None)
+        topic = (self.topics if name.persistent else self.non_persistent).pop(str(name), None)
         if topic is not None:
             await topic.close(notify=True)
 
     async def _maintain(self) -> None:
-        """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add."""
+        """Every ``maintenance_interval_s``: retention by time and rollover of idle ledgers need a clock, not an add;
+        non-persistent topics idle that long are forgotten."""
         while True:
             await asyncio.sleep(self.config.maintenance_interval_s)  # a period, not synchronisation
+            now = time.monotonic()
+            for np_topic in list(self.non_persistent.values()):
+                np_topic.retire_if_idle(now, self.config.maintenance_interval_s)
             for topic in list(self.topics.values()):
                 try:
                     await topic.ml.trim()
@@ -455,12 +486,13 @@ class BrokerService:
                 self.ownership.disable(path)  # clients told to move must not reload their topics here
         if self.stream_api is not None:
             await self.stream_api.close()
-        for name in list(self.topics):
-            topic = self.topics.pop(name)
+        for topic in self.loaded_topics():
+            self.topics.pop(str(topic.name), None)
+            self.non_persistent.pop(str(topic.name), None)
             try:
                 await topic.close(notify=True)
             except (BrokerError, StorageError) as exc:
-                log.warning("closing %s: %s", name, exc)
+                log.warning("closing %s: %s", topic.name, exc)
         if self.ownership is not None:
             await self.ownership.close()  # hands the bundles off now, not after a session timeout
         if self.load_manager is not None:

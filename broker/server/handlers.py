@@ -152,7 +152,12 @@ def on_get_topics_of_namespace(conn, frame) -> None:
     async def run():
         ns = parse_namespace(c.namespace)
         await check(conn.service, effective_role(conn), ns, Need.NAMESPACE_LOOKUP)
-        names = [str(t) for t in await conn.service.resources.topics(ns)]
+        mode = c.mode if c.HasField("mode") else pb.CommandGetTopicsOfNamespace.PERSISTENT
+        names = []
+        if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            names = [str(t) for t in await conn.service.resources.topics(ns)]
+        if mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
+            names += conn.service.non_persistent_topics_of(ns)
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
 

@@ -20,7 +20,7 @@ def schema_of(command) -> SchemaInfo | None:
 
 def topic_is_idle(topic) -> bool:
     """No producers, no connected consumers and no data: a consumer's schema may become the topic's first."""
-    return (not topic.producers and topic.ml.total_size == 0
+    return (not topic.producers and topic.storage_size == 0
             and not any(sub.consumers for sub in topic.subscriptions.values()))
 
 

@@ -49,6 +49,8 @@ _CONFIG_DEFAULTS = {
 
 
 class PersistentTopic:
+    persistent = True
+
     def __init__(self, service, name: TopicName, ml, policies, topic_policies=None):
         self.service = service
         self.name = name
@@ -127,6 +129,10 @@ class PersistentTopic:
                 await lifecycle.expire_by_ttl(self)
             except (BrokerError, StorageError) as exc:
                 log.warning("applying the policies of %s: %s", self.name, exc)
+
+    @property
+    def storage_size(self) -> int:
+        return self.ml.total_size
 
     # ---- termination ------------------------------------------------------
 

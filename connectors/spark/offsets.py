@@ -100,8 +100,13 @@ def decode_offsets(stored: dict) -> dict[str, Offset]:
 
 def topic_url(name: str) -> str:
     """``my-topic`` -> ``persistent://public/default/my-topic``; ``t/ns/x`` -> ``persistent://t/ns/x``.
-    Raises ValueError (magnetar.topic_name's, with the reason) for a name the broker would refuse."""
-    return str(parse_topic(name))
+    Raises ValueError (magnetar.topic_name's, with the reason) for a name the broker would refuse, and for a
+    non-persistent topic: it has no stored offsets to read from or resume at."""
+    topic = parse_topic(name)
+    if not topic.persistent:
+        raise ValueError(f"invalid topic {name!r}: only persistent topics can be read or written by offset "
+                         f"(a non-persistent topic stores nothing)")
+    return str(topic)
 
 
 # ---- rules -------------------------------------------------------------------------

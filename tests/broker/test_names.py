@@ -16,6 +16,7 @@ from magnetar.topic_name import NamespaceName, TopicName
     ("persistent://t1/ns1/my-topic", "persistent://t1/ns1/my-topic"),
     ("persistent://t1/ns1/with space inside", "persistent://t1/ns1/with space inside"),
     ("orders-partition-3", "persistent://public/default/orders-partition-3"),
+    ("non-persistent://t1/ns1/live", "non-persistent://t1/ns1/live"),
 ])
 def test_names_expand_like_pulsar(text, expected):
     assert str(parse_topic(text)) == expected
@@ -26,7 +27,7 @@ def test_names_expand_like_pulsar(text, expected):
     ("a/b", "use <topic>"),
     ("persistent://t/ns", "expected persistent://"),
     ("persistent://t/ns/a/b", "expected persistent://"),
-    ("non-persistent://t/ns/x", "not supported"),
+    ("non-persistent://t/ns", "expected non-persistent://"),
     ("kafka://t/ns/x", "unknown domain"),
     ("persistent://bad tenant/ns/x", "invalid tenant"),
     ("persistent://t/n$s/x", "invalid namespace"),
@@ -62,7 +63,7 @@ def test_namespace_names():
 
 @pytest.mark.parametrize("broker_side, parser_side, arg", [
     (parse_topic, topic_name.parse_topic, "a/b"),
-    (parse_topic, topic_name.parse_topic, "non-persistent://t/ns/x"),
+    (parse_topic, topic_name.parse_topic, "kafka://t/ns/x"),
     (parse_namespace, NamespaceName.parse, "just-one"),
     (parse_namespace, NamespaceName.parse, "t/n$s"),
     (lambda v: names.check_segment("tenant", v), lambda v: topic_name.check_segment("tenant", v), "bad tenant"),

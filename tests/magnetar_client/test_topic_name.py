@@ -20,13 +20,21 @@ def test_names_expand_like_pulsar(text, expected):
     assert topic_url(text) == expected  # the Spark connector reads names through the same parser
 
 
+def test_non_persistent_names_keep_their_domain_but_spark_refuses_them():
+    topic = parse_topic("non-persistent://t/ns/live")
+    assert (topic.domain, topic.persistent, str(topic)) == ("non-persistent", False, "non-persistent://t/ns/live")
+    assert topic.managed_ledger_name == "t/ns/non-persistent/live"
+    assert parse_topic("live").persistent
+    with pytest.raises(ValueError, match="only persistent"):
+        topic_url("non-persistent://t/ns/live")
+
+
 @pytest.mark.parametrize("text, reason", [
     ("", "empty"),
     ("a/b", "use <topic>"),
     ("persistent://t/ns", "expected persistent://"),
     ("persistent://t/ns/a/b", "expected persistent://"),
-    ("non-persistent://t/ns/x", "not supported"),
-    ("non-persistent://t/ns/x", "only persistent"),
+    ("non-persistent://t/ns/x/y", "expected non-persistent://"),
     ("kafka://t/ns/x", "unknown domain"),
     ("persistent://bad tenant/ns/x", "invalid tenant"),
     ("persistent://t/n$s/x", "invalid namespace"),

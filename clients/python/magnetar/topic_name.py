@@ -1,6 +1,7 @@
 """Topic and namespace names, as Pulsar spells them: the one parser, shared by the client, the broker and Spark.
 
-A topic is ``persistent://<tenant>/<namespace>/<local-name>``. Shorter forms
+A topic is ``persistent://<tenant>/<namespace>/<local-name>`` (or
+``non-persistent://...``, a topic the broker keeps in memory only). Shorter forms
 expand the way Pulsar's clients and admin tools do: ``my-topic`` means
 ``persistent://public/default/my-topic`` and ``t/ns/my-topic`` means
 ``persistent://t/ns/my-topic``. A partition of a partitioned topic is the
@@ -24,6 +25,7 @@ DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
 MAX_TOPIC_NAME_LENGTH = 1024
+DOMAINS = ("persistent", "non-persistent")  # non-persistent topics live in the broker's memory only
 MAX_PARTITION_INDEX = 2**31 - 1  # a partition index travels as an int32 (MessageIdData.partition)
 _SEGMENT = re.compile(r"^[-=:.\w]+$")
 _PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
@@ -74,6 +76,10 @@ class TopicName:
     domain: str = "persistent"
 
     @property
+    def persistent(self) -> bool:
+        return self.domain == "persistent"
+
+    @property
     def namespace_name(self) -> NamespaceName:
         return NamespaceName(self.tenant, self.namespace)
 
@@ -116,15 +122,14 @@ def parse_topic(text: str) -> TopicName:
         raise ValueError(f"topic name is {len(text)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}")
     if "://" in text:
         domain, rest = text.split("://", 1)
-        if domain == "non-persistent":
-            raise ValueError(f"invalid topic {text!r}: non-persistent topics are not supported, use persistent:// "
-                             f"(only persistent topics exist)")
-        if domain != "persistent":
-            raise ValueError(f"invalid topic {text!r}: unknown domain {domain!r}, expected persistent://")
+        if domain not in DOMAINS:
+            raise ValueError(f"invalid topic {text!r}: unknown domain {domain!r}, expected persistent:// "
+                             f"or non-persistent://")
         parts = rest.split("/")
         if len(parts) != 3:
-            raise ValueError(f"invalid topic {text!r}: expected persistent://<tenant>/<namespace>/<topic>")
+            raise ValueError(f"invalid topic {text!r}: expected {domain}://<tenant>/<namespace>/<topic>")
     else:
+        domain = "persistent"
         parts = text.split("/")
         if len(parts) == 1:
             parts = [DEFAULT_TENANT, DEFAULT_NAMESPACE, parts[0]]
@@ -139,4 +144,4 @@ def parse_topic(text: str) -> TopicName:
         raise ValueError(f"invalid topic {text!r}: the local name is empty or has surrounding spaces")
     if any(ord(c) < 32 for c in local):
         raise ValueError(f"invalid topic {text!r}: control characters are not allowed")
-    return TopicName(tenant, namespace, local)
+    return TopicName(tenant, namespace, local, domain)
