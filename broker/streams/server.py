@@ -20,7 +20,7 @@ import logging
 import grpc
 
 from broker.errors import BrokerError
-from broker.streams.errors import StreamApiError, invalid
+from broker.streams.errors import StreamApiError, invalid, placement_refusal
 from broker.streams.policies import namespace_policies_from_pb, parse_namespace
 from broker.streams.service import StreamService
 from broker.streams.stream import DEFAULT_RECORDS_PER_BATCH, MAX_RECORDS_PER_BATCH, StreamPosition
@@ -43,6 +43,8 @@ def _position(p: StreamPosition | None) -> pb.Position | None:
 def _stream_error(exc: BaseException) -> StreamApiError:
     if isinstance(exc, StreamApiError):
         return exc
+    if (refusal := placement_refusal("the bookies cannot place a new ledger", exc)) is not None:
+        return refusal
     if isinstance(exc, (StorageError, BrokerError)):
         return StreamApiError("StreamUnavailable", f"{type(exc).__name__}: {exc}")
     return StreamApiError("StreamUnavailable", f"internal error: {type(exc).__name__}: {exc}")

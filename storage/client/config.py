@@ -31,6 +31,13 @@ class PlacementPolicy:
     def strict(self) -> bool:
         return self.mode == STRICT
 
+    def requiring_zones(self, min_zones: int) -> "PlacementPolicy":
+        """This policy for one ledger that must span ``min_zones`` zones per write set: strict, because a
+        caller that names a minimum (a stream namespace) wants a refusal rather than a ledger below it."""
+        if min_zones < 1:
+            raise ValueError(f"min_zones must be >= 1, got {min_zones}")
+        return PlacementPolicy(STRICT, min_zones, max(self.desired_zones_per_write_set, min_zones))
+
     def validate(self) -> "PlacementPolicy":
         if self.mode not in (STRICT, SOFT):
             raise ValueError(f"placement mode must be {STRICT!r} or {SOFT!r}, got {self.mode!r}")

@@ -228,3 +228,19 @@ def test_property_replace_keeps_rules_with_three_zones(seed, e, qw_off, victim):
     assert p.ensemble[index] not in ensemble
     assert all(p.ensemble[i] == ensemble[i] for i in range(e) if i != index)
     assert_rules(p.ensemble, cands, qw, 2)
+
+
+@pytest.mark.parametrize("base, min_zones, expected", [
+    (SOFT_POLICY, 3, PlacementPolicy(STRICT, 3, 3)),
+    (SOFT_POLICY, 1, PlacementPolicy(STRICT, 1, 3)),  # the desired spread stays: the minimum only forbids less
+    (PlacementPolicy(SOFT, 1, 2), 3, PlacementPolicy(STRICT, 3, 3)),
+    (STRICT_POLICY, 2, PlacementPolicy(STRICT, 2, 3)),
+])
+def test_a_ledgers_own_minimum_of_zones_is_strict_and_keeps_the_desired_spread(base, min_zones, expected):
+    assert base.requiring_zones(min_zones) == expected
+    assert expected.validate() is expected
+
+
+def test_a_ledgers_own_minimum_of_zones_must_be_positive():
+    with pytest.raises(ValueError, match="min_zones"):
+        SOFT_POLICY.requiring_zones(0)
