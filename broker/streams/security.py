@@ -97,12 +97,13 @@ class StreamSecurity:
         except AuthenticationError as exc:
             raise StreamApiError("StreamAuthenticationError", f"authentication failed: {exc}") from None
 
-    async def authorize(self, context, method: str, namespace: str) -> None:
-        """Authenticate the call, then check ``STREAM_ACCESS[method]`` on ``namespace`` (a tenant for
-        ListNamespaces). Raises StreamApiError: StreamAuthenticationError, StreamAuthorizationError, or
-        InvalidStreamRequest for a malformed name."""
+    async def authorize(self, context, method: str, namespace: str, *, role: str | None = None) -> None:
+        """Authenticate the call (unless ``role`` says who it is already), then check ``STREAM_ACCESS[method]``
+        on ``namespace`` (a tenant for ListNamespaces). Raises StreamApiError: StreamAuthenticationError,
+        StreamAuthorizationError, or InvalidStreamRequest for a malformed name."""
         need, scope = STREAM_ACCESS[method]
-        role = await self.role(context)
+        if role is None:
+            role = await self.role(context)
         authorization = self.broker.authorization
         if not authorization.enabled:
             return

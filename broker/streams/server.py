@@ -168,10 +168,11 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
     async def Write(self, request_iterator, context):
         pump = None
         try:
+            role = await self.security.role(context)  # before reading anything the caller sends
             first = await anext(request_iterator, None)
             if first is None or first.WhichOneof("kind") != "open":
                 raise invalid("a write stream starts with an open request")
-            await self.security.authorize(context, "Write", first.open.namespace)
+            await self.security.authorize(context, "Write", first.open.namespace, role=role)
             stream = await self.service.stream(first.open.namespace, first.open.stream,
                                                authoritative=_authoritative(context))
             epoch = await stream.open_writer()
