@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from broker.errors import BrokerError
 from magnetar.streams.errors import CODES
+from storage.errors import PlacementPolicyError
 
 
 class StreamApiError(BrokerError):
@@ -20,6 +21,15 @@ class StreamApiError(BrokerError):
         self.code_name = code_name
         self.status = CODES[code_name].status
         self.redirect = redirect
+
+
+def placement_refusal(what: str, exc: BaseException) -> StreamApiError | None:
+    """PlacementUnsatisfiable when ``exc`` is, or was raised from, the ledger client's PlacementPolicyError: the
+    bookies cannot meet the namespace's placement, which no retry of the client fixes."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, PlacementPolicyError):  # the managed ledger may wrap it
+        cause = cause.__cause__ or cause.__context__
+    return None if cause is None else StreamApiError("PlacementUnsatisfiable", f"{what}: {cause}")
 
 
 def invalid(message: str) -> StreamApiError:

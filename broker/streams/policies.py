@@ -141,7 +141,7 @@ class Policies:
         p, r, t = self.placement, self.rolling, self.retention
         return ManagedLedgerConfig(
             ensemble_size=p.ensemble_size, write_quorum_size=p.write_quorum, ack_quorum_size=p.ack_quorum,
-            max_entries_per_ledger=r.max_entries, max_size_per_ledger_mb=r.max_bytes / (1024 * 1024),
+            min_zones=p.min_zones, max_entries_per_ledger=r.max_entries, max_size_per_ledger_mb=r.max_bytes / (1024 * 1024),
             min_ledger_rollover_time_s=0, max_ledger_rollover_time_s=r.max_age_s,
             retention_time_s=t.time_s, retention_size_mb=t.size_bytes / (1024 * 1024) if t.size_bytes >= 0 else -1,
             cache_size_mb=cache_size_mb,

@@ -20,8 +20,9 @@ import logging
 import grpc
 
 from broker.errors import BrokerError
-from broker.streams.errors import StreamApiError, invalid
+from broker.streams.errors import StreamApiError, invalid, placement_refusal
 from broker.streams.policies import namespace_policies_from_pb, parse_namespace
+from broker.streams.security import StreamSecurity, server_credentials
 from broker.streams.service import StreamService
 from broker.streams.stream import DEFAULT_RECORDS_PER_BATCH, MAX_RECORDS_PER_BATCH, StreamPosition
 from magnetar.streams import stream_api_pb2 as pb
@@ -43,6 +44,8 @@ def _position(p: StreamPosition | None) -> pb.Position | None:
 def _stream_error(exc: BaseException) -> StreamApiError:
     if isinstance(exc, StreamApiError):
         return exc
+    if (refusal := placement_refusal("the bookies cannot place a new ledger", exc)) is not None:
+        return refusal
     if isinstance(exc, (StorageError, BrokerError)):
         return StreamApiError("StreamUnavailable", f"{type(exc).__name__}: {exc}")
     return StreamApiError("StreamUnavailable", f"internal error: {type(exc).__name__}: {exc}")
@@ -62,6 +65,7 @@ def _authoritative(context) -> bool:
 class StreamServicer(pb_grpc.StreamServiceServicer):
     def __init__(self, service: StreamService):
         self.service = service
+        self.security = StreamSecurity(service.broker)
 
     async def _answer(self, context, work):
         try:
@@ -77,6 +81,7 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def CreateNamespace(self, request, context):
         async def work():
+            await self.security.authorize(context, "CreateNamespace", request.namespace)
             policies = namespace_policies_from_pb(request.policies, self.service.defaults())
             ns, policies = await self.service.create_namespace(request.namespace, policies)
             return pb.NamespaceInfo(namespace=str(ns), policies=policies.to_pb())
@@ -84,17 +89,20 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def GetNamespace(self, request, context):
         async def work():
+            await self.security.authorize(context, "GetNamespace", request.namespace)
             ns = parse_namespace(request.namespace)
             return pb.NamespaceInfo(namespace=str(ns), policies=(await self.service.namespace_policies(ns)).to_pb())
         return await self._answer(context, work())
 
     async def ListNamespaces(self, request, context):
         async def work():
+            await self.security.authorize(context, "ListNamespaces", request.namespace)
             return pb.ListNamespacesResponse(namespaces=await self.service.list_namespaces(request.namespace or "public"))
         return await self._answer(context, work())
 
     async def DeleteNamespace(self, request, context):
         async def work():
+            await self.security.authorize(context, "DeleteNamespace", request.namespace)
             ns, policies = await self.service.delete_namespace(request.namespace)
             return pb.NamespaceInfo(namespace=str(ns), policies=policies.to_pb())
         return await self._answer(context, work())
@@ -103,6 +111,7 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def CreateStream(self, request, context):
         async def work():
+            await self.security.authorize(context, "CreateStream", request.namespace)
             # Any broker creates the document; answering with positions would need the owner, and a client that
             # followed a redirect would then create it twice. So: names and effective policies only.
             ns, name = await self.service.create_stream(request.namespace, request.stream,
@@ -114,20 +123,26 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def DeleteStream(self, request, context):
         async def work():
+            await self.security.authorize(context, "DeleteStream", request.namespace)
             await self.service.delete_stream(request.namespace, request.stream, authoritative=_authoritative(context))
             return request
         return await self._answer(context, work())
 
     async def ListStreams(self, request, context):
         async def work():
+            await self.security.authorize(context, "ListStreams", request.namespace)
             return pb.ListStreamsResponse(streams=await self.service.list_streams(request.namespace))
         return await self._answer(context, work())
 
     async def GetStreamInfo(self, request, context):
-        return await self._answer(context, self._info(request.namespace, request.stream, context))
+        async def work():
+            await self.security.authorize(context, "GetStreamInfo", request.namespace)
+            return await self._info(request.namespace, request.stream, context)
+        return await self._answer(context, work())
 
     async def Truncate(self, request, context):
         async def work():
+            await self.security.authorize(context, "Truncate", request.namespace)
             stream = await self.service.stream(request.namespace, request.stream, authoritative=_authoritative(context))
             if not request.HasField("before"):
                 raise invalid("truncate needs a position (before)")
@@ -153,9 +168,11 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
     async def Write(self, request_iterator, context):
         pump = None
         try:
+            role = await self.security.role(context)  # before reading anything the caller sends
             first = await anext(request_iterator, None)
             if first is None or first.WhichOneof("kind") != "open":
                 raise invalid("a write stream starts with an open request")
+            await self.security.authorize(context, "Write", first.open.namespace, role=role)
             stream = await self.service.stream(first.open.namespace, first.open.stream,
                                                authoritative=_authoritative(context))
             epoch = await stream.open_writer()
@@ -204,6 +221,7 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def Read(self, request, context):
         try:
+            await self.security.authorize(context, "Read", request.namespace)
             stream = await self.service.stream(request.namespace, request.stream, authoritative=_authoritative(context))
             max_records = request.max_records_per_batch or DEFAULT_RECORDS_PER_BATCH
             if not 1 <= max_records <= MAX_RECORDS_PER_BATCH:
@@ -259,7 +277,9 @@ class StreamServer:
                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.so_reuseport", 0)])
         try:
-            port = server.add_insecure_port(f"{config.host}:{config.stream_port}")
+            credentials = server_credentials(config)
+            bind = f"{config.host}:{config.stream_port}"
+            port = server.add_insecure_port(bind) if credentials is None else server.add_secure_port(bind, credentials)
         except RuntimeError:  # grpcio's "failed to bind"
             port = 0
         if port == 0:

@@ -29,7 +29,9 @@ from broker.streams.policies import (
 )
 from broker.streams.stream import LogStream, unavailable
 from magnetar.topic_name import NamespaceName
-from storage.errors import MetadataError, NodeExistsError, NoNodeError, StorageError
+from storage.errors import (
+    MetadataError, NodeExistsError, NoNodeError, NotEnoughBookiesError, PlacementPolicyError, StorageError,
+)
 from storage.shared_load import SharedLoads
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class StreamService:
     async def create_namespace(self, name: str, policies: Policies) -> tuple[NamespaceName, Policies]:
         ns = parse_namespace(name)
         policies.validate()
+        await self.check_placement(ns, policies.placement)
         try:
             await self.broker.resources.create_namespace(ns)
         except ConflictError:
@@ -84,6 +87,17 @@ class StreamService:
         except NodeExistsError as exc:
             raise StreamApiError("NamespaceExists", f"stream namespace {ns} already exists") from exc
         return ns, policies
+
+    async def check_placement(self, ns: NamespaceName, p: Placement) -> None:
+        """Refuse a namespace whose placement the bookies cannot meet now. Too few bookies in all is not
+        refused: one may be restarting, and a ledger's creation waits for them (StreamUnavailable meanwhile)."""
+        try:
+            await self.factory.client.check_placement(p.ensemble_size, p.write_quorum, p.ack_quorum, p.min_zones)
+        except PlacementPolicyError as exc:
+            raise StreamApiError("PlacementUnsatisfiable", f"stream namespace {ns}: E{p.ensemble_size}/"
+                                 f"Qw{p.write_quorum}/Qa{p.ack_quorum} with min_zones={p.min_zones}: {exc}") from exc
+        except NotEnoughBookiesError:
+            pass
 
     async def namespace_policies(self, ns: NamespaceName) -> Policies:
         try:

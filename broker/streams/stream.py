@@ -32,7 +32,7 @@ import logging
 from typing import AsyncIterator, NamedTuple
 
 from broker.streams import record_set
-from broker.streams.errors import StreamApiError, invalid
+from broker.streams.errors import StreamApiError, invalid, placement_refusal
 from broker.streams.policies import Policies, dump, load, managed_ledger_name, stream_path
 from magnetar.topic_name import NamespaceName
 from storage.errors import (
@@ -70,7 +70,7 @@ class StreamRecord(NamedTuple):
 
 
 def unavailable(what: str, exc: BaseException) -> StreamApiError:
-    return StreamApiError("StreamUnavailable", f"{what}: {exc}")
+    return placement_refusal(what, exc) or StreamApiError("StreamUnavailable", f"{what}: {exc}")
 
 
 class LogStream:

@@ -106,8 +106,17 @@ class LedgerClient(Protocol):
         return await TcpLedgerClient.open(metadata_store, config, **options)
 
     async def create_ledger(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                            password: bytes = b"", custom: dict | None = None) -> WriteHandle:
-        """A new ledger and its writer. Raises InvalidQuorumError unless E >= Qw >= Qa >= 1."""
+                            password: bytes = b"", custom: dict | None = None,
+                            min_zones: int | None = None) -> WriteHandle:
+        """A new ledger and its writer. Raises InvalidQuorumError unless E >= Qw >= Qa >= 1.
+
+        ``min_zones``: every write set spans at least min(min_zones, Qw) zones, for this ledger's life
+        (PlacementPolicyError when the bookies cannot), whatever the client's own zone rule."""
+
+    async def check_placement(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                              min_zones: int | None = None) -> None:
+        """Raise what ``create_ledger`` would for placement (InvalidQuorumError, NotEnoughBookiesError,
+        PlacementPolicyError) against the bookies there are now, creating nothing."""
 
     async def open_ledger(self, ledger_id: int, *, recovery: bool = True, password: bytes = b"") -> ReadHandle:
         """Open for reading; ``recovery=True`` fences and closes the ledger first.

@@ -103,28 +103,23 @@ class LedgerClient:
         ack_quorum_size: int,
         password: bytes = b"",
         custom: dict | None = None,
+        min_zones: int | None = None,
     ) -> LedgerHandle:
         """Create a ledger on a zone-aware ensemble and return its writer.
 
+        ``min_zones`` overrides the client's zone rule for this ledger (its
+        ensemble and every later ensemble change): each write set must span
+        ``min(min_zones, Qw)`` zones, strictly.
+
         Raises InvalidQuorumError (unless E >= Qw >= Qa >= 1),
-        NotEnoughBookiesError, PlacementPolicyError (strict placement),
-        MetadataError from the store.
+        NotEnoughBookiesError, PlacementPolicyError (strict placement, or
+        ``min_zones`` not met), MetadataError from the store.
         """
         self._check_open()
         validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
         ctx = self._ctx
-        placement = None
-        for refreshed in (False, True):
-            try:
-                placement = new_ensemble(
-                    ctx.registry.bookies(), ensemble_size, write_quorum_size, ack_quorum_size,
-                    policy=ctx.config.placement, rng=ctx.rng,
-                )
-                break
-            except (NotEnoughBookiesError, PlacementPolicyError):
-                if refreshed:
-                    raise
-                await ctx.registry.refresh()  # the watch may lag behind a bookie that just registered
+        policy = ctx.config.placement if min_zones is None else ctx.config.placement.requiring_zones(min_zones)
+        placement = await self._place(ensemble_size, write_quorum_size, ack_quorum_size, policy)
         ctx.stats.record_placement_warnings(placement.warnings)
         while True:
             ledger_id = await self._next_ledger_id()
@@ -144,9 +139,31 @@ class LedgerClient:
                 # Only possible if the id counter was reset under existing ledgers: take another id.
                 log.warning("ledger id %d already has metadata; taking another id", ledger_id)
                 continue
-            handle = LedgerHandle(ctx, md, 0)
+            handle = LedgerHandle(ctx, md, 0, placement=policy)
             self._handles.add(handle)
             return handle
+
+    async def check_placement(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                              min_zones: int | None = None) -> None:
+        """Raise what ``create_ledger`` with these arguments would raise for placement (InvalidQuorumError,
+        NotEnoughBookiesError, PlacementPolicyError) against the bookies registered now; create nothing."""
+        self._check_open()
+        validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
+        policy = self._ctx.config.placement
+        await self._place(ensemble_size, write_quorum_size, ack_quorum_size,
+                          policy if min_zones is None else policy.requiring_zones(min_zones))
+
+    async def _place(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int, policy):
+        ctx = self._ctx
+        for refreshed in (False, True):
+            try:
+                return new_ensemble(ctx.registry.bookies(), ensemble_size, write_quorum_size, ack_quorum_size,
+                                    policy=policy, rng=ctx.rng)
+            except (NotEnoughBookiesError, PlacementPolicyError):
+                if refreshed:
+                    raise
+                await ctx.registry.refresh()  # the watch may lag behind a bookie that just registered
+        raise AssertionError("unreachable")
 
     async def _next_ledger_id(self) -> int:
         store = self._ctx.store

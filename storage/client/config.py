@@ -26,16 +26,30 @@ class PlacementPolicy:
     mode: str = SOFT
     min_zones_per_write_set: int = 2
     desired_zones_per_write_set: int = 3
+    # Never fewer zones per write set than this, even in soft mode (which may still repeat an upgrade domain):
+    # a ledger whose owner named a minimum (requiring_zones). 0: none beyond the mode's.
+    required_zones_per_write_set: int = 0
 
     @property
     def strict(self) -> bool:
         return self.mode == STRICT
+
+    def requiring_zones(self, min_zones: int) -> "PlacementPolicy":
+        """This policy for one ledger that must span ``min_zones`` zones per write set: a caller that names a
+        minimum (a stream namespace) wants a refusal rather than a ledger below it, whatever the mode. The
+        upgrade-domain rule keeps the mode's strictness (soft: bookies without locations still serve)."""
+        if min_zones < 1:
+            raise ValueError(f"min_zones must be >= 1, got {min_zones}")
+        return PlacementPolicy(self.mode, min_zones, max(self.desired_zones_per_write_set, min_zones), min_zones)
 
     def validate(self) -> "PlacementPolicy":
         if self.mode not in (STRICT, SOFT):
             raise ValueError(f"placement mode must be {STRICT!r} or {SOFT!r}, got {self.mode!r}")
         if self.min_zones_per_write_set < 1:
             raise ValueError("min_zones_per_write_set must be >= 1")
+        if not 0 <= self.required_zones_per_write_set <= self.min_zones_per_write_set:
+            raise ValueError(f"required_zones_per_write_set ({self.required_zones_per_write_set}) must be in "
+                             f"0..min_zones_per_write_set ({self.min_zones_per_write_set})")
         if self.desired_zones_per_write_set < self.min_zones_per_write_set:
             raise ValueError(
                 f"desired_zones_per_write_set ({self.desired_zones_per_write_set}) must be >= "

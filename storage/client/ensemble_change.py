@@ -152,7 +152,7 @@ class EnsembleChange:
                 try:
                     placement = replace_bookie(
                         ensemble, pos, ctx.registry.bookies(), h._metadata.write_quorum_size,
-                        exclude=h._failed_bookies, policy=ctx.config.placement, rng=ctx.rng,
+                        exclude=h._failed_bookies, policy=h._placement, rng=ctx.rng,
                     )
                     break
                 except (NotEnoughBookiesError, PlacementPolicyError):

@@ -46,6 +46,7 @@ from functools import partial
 from storage import digest
 from storage.admission import AddAdmission
 from storage.client.context import ClientContext
+from storage.client.config import PlacementPolicy
 from storage.client.ensemble_change import EnsembleChange
 from storage.client.pending_add import AddQueue, PendingAdd
 from storage.client.read_handle import ReadHandle
@@ -94,8 +95,10 @@ class LedgerHandle(ReadHandle):
         recovery: bool = False,
         last_add_confirmed: int = -1,
         length: int = 0,
+        placement: PlacementPolicy | None = None,
     ):
         super().__init__(ctx, metadata, version, last_add_confirmed=last_add_confirmed)
+        self._placement = placement or ctx.config.placement  # the zone rule of this ledger's ensemble changes
         self._loop = asyncio.get_running_loop()
         self._recovery = recovery
         self._key = master_key(metadata.password)

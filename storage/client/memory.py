@@ -226,15 +226,23 @@ class MemoryLedgerClient:
         return cls(metadata_store if isinstance(metadata_store, MemoryLedgerStore) else None, config)
 
     async def create_ledger(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                            password: bytes = b"", custom: dict | None = None) -> MemoryWriteHandle:
+                            password: bytes = b"", custom: dict | None = None,
+                            min_zones: int | None = None) -> MemoryWriteHandle:
         self._check_open()
         validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
+        if min_zones is not None and min_zones < 1:  # one process has no zones; the argument is still checked
+            raise ValueError(f"min_zones must be >= 1, got {min_zones}")
         ledger = _Ledger(self.store._new_id(), bytes(password), ensemble_size, write_quorum_size, ack_quorum_size,
                          dict(custom or {}))
         self.store.ledgers[ledger.ledger_id] = ledger
         handle = MemoryWriteHandle(self.store, ledger, self._config)
         self._handles.add(handle)
         return handle
+
+    async def check_placement(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                              min_zones: int | None = None) -> None:
+        self._check_open()
+        validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
 
     async def open_ledger(self, ledger_id: int, *, recovery: bool = True, password: bytes = b"") -> MemoryReadHandle:
         self._check_open()

@@ -18,7 +18,8 @@ draws concrete bookies from each class at random. The zone target starts at
 the desired count and steps down to the minimum. When even the minimum cannot
 be met, strict mode raises ``PlacementPolicyError`` naming the shortfall;
 soft mode relaxes the rules one at a time and returns the ensemble with a
-warning (``Placement.warnings``), which the caller logs.
+warning (``Placement.warnings``), which the caller logs, but never below
+``required_zones_per_write_set`` (a ledger's own minimum, which raises too).
 
 ``replace_bookie`` does the same for one position of an existing ensemble
 (ensemble change): the other positions stay, and the replacement must keep
@@ -137,8 +138,11 @@ def new_ensemble(
         problem = _explain(zones, counts, ensemble_size, write_quorum_size, need, pool)
         if policy.strict:
             raise PlacementPolicyError(problem)
-        # Soft mode: relax the zone count first, then the upgrade-domain rule.
+        # Soft mode: relax the zone count first, then the upgrade-domain rule; never below a required count.
+        floor = min(policy.required_zones_per_write_set, write_quorum_size)
         for target, unique in [(t, True) for t in range(need - 1, 0, -1)] + [(t, False) for t in range(need, 0, -1)]:
+            if target < floor:
+                continue
             assignment = _search(counts, ensemble_size, windows, target, unique, rng)
             if assignment is not None:
                 warnings.append(
@@ -146,7 +150,8 @@ def new_ensemble(
                     + ("" if unique else " and repeated (zone, upgrade domain) pairs")
                 )
                 break
-        assert assignment is not None, "one zone, repeats allowed, >= E bookies is always placeable"
+        if assignment is None:  # only a required zone count can do this: one zone with repeats always fits E
+            raise PlacementPolicyError(problem)
         for w in warnings:
             log.warning("placement: %s", w)
     return Placement(_materialize(assignment, by_class, rng), tuple(warnings))
@@ -292,7 +297,7 @@ def replace_bookie(
             f"no replacement for {ensemble[index]} at position {index} keeps every write set across {need} zones "
             f"with distinct upgrade domains (writable candidates in zones: {_zone_list(pool_zones)})"
         )
-        if policy.strict:
+        if policy.strict or zones < min(policy.required_zones_per_write_set, write_quorum_size):
             raise PlacementPolicyError(problem)
         warnings = (f"{problem}; using {best.bookie_id} in zone {best.zone} anyway",)
         log.warning("placement: %s", warnings[0])

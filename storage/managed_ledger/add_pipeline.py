@@ -89,7 +89,7 @@ class AddPipeline:
         ml, c = self.ml, self.ml.config
         handle = await ml.client.create_ledger(
             c.ensemble_size, c.write_quorum_size, c.ack_quorum_size, password=ml.password,
-            custom={"managed-ledger": ml.name})
+            custom={"managed-ledger": ml.name}, **({} if c.min_zones is None else {"min_zones": c.min_zones}))
         ml.info.ledgers.append(LedgerInfo(handle.ledger_id, 0, 0, ml.clock()))
         try:
             await ml.write_info()

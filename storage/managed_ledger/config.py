@@ -35,6 +35,7 @@ class ManagedLedgerConfig:
     ensemble_size: int = 2
     write_quorum_size: int = 2
     ack_quorum_size: int = 2
+    min_zones: int | None = None  # zones per write set of its data ledgers, strictly; None = the ledger client's rule
     max_entries_per_ledger: int = 50_000
     max_size_per_ledger_mb: float = 2048  # fractions allowed: log streams roll by bytes
     min_ledger_rollover_time_s: float = 600
@@ -58,6 +59,9 @@ class ManagedLedgerConfig:
             validate_quorum(self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
         except InvalidQuorumError as exc:
             raise ManagedLedgerConfigError(str(exc)) from exc
+        if self.min_zones is not None and not 1 <= self.min_zones <= self.write_quorum_size:
+            raise ManagedLedgerConfigError(f"min_zones must be in 1..write_quorum_size ({self.write_quorum_size}), "
+                                           f"got {self.min_zones}")
         for name in ("max_entries_per_ledger", "cursor_max_entries_per_ledger"):
             if getattr(self, name) < 1:
                 raise ManagedLedgerConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

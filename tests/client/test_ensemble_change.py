@@ -12,6 +12,7 @@ from storage.errors import (
     LedgerFencedError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    PlacementPolicyError,
 )
 from storage.ledger_metadata import LedgerState
 from storage.testing.waiting import wait_until_async
@@ -199,3 +200,22 @@ async def test_deleted_ledger_stops_its_writer(cluster):
     assert client.stats.ensemble_changes == 0, "a deleted ledger is not a bookie failure"
     with pytest.raises(NoSuchLedgerError):
         await writer.close()
+
+
+async def test_a_ledgers_own_min_zones_holds_at_creation_and_in_its_ensemble_changes(cluster):
+    """The client's rule is soft; ``min_zones`` makes this one ledger strict, for its whole life."""
+    await cluster.start_bookies(4)  # zone-a, zone-b, zone-c, zone-a
+    client = await cluster.client(ClientConfig(add_entry_timeout_s=2.0))
+    await client.check_placement(3, 3, 2, min_zones=3)
+    writer = await client.create_ledger(3, 3, 2, min_zones=3)
+    assert await add_all(writer, [b"a", b"b"]) == [0, 1]
+    zone_c = next(b for b in writer.ensemble if client.registry.get(b).zone == "zone-c")
+    await cluster.stop_bookie(zone_c)
+    with pytest.raises(PlacementPolicyError):  # the only replacement is a second zone-a bookie
+        await add_all(writer, [b"c"])
+    with pytest.raises(PlacementPolicyError):
+        await client.check_placement(3, 3, 2, min_zones=3)
+    with pytest.raises(PlacementPolicyError):
+        await client.create_ledger(3, 3, 2, min_zones=3)
+    other = await client.create_ledger(3, 3, 2)  # the client's own soft rule still places on two zones
+    assert await other.add_entry(b"x") == 0

@@ -228,3 +228,53 @@ def test_property_replace_keeps_rules_with_three_zones(seed, e, qw_off, victim):
     assert p.ensemble[index] not in ensemble
     assert all(p.ensemble[i] == ensemble[i] for i in range(e) if i != index)
     assert_rules(p.ensemble, cands, qw, 2)
+
+
+@pytest.mark.parametrize("base, min_zones, expected", [
+    (SOFT_POLICY, 3, PlacementPolicy(SOFT, 3, 3, 3)),
+    (SOFT_POLICY, 1, PlacementPolicy(SOFT, 1, 3, 1)),  # the desired spread stays: the minimum only forbids less
+    (PlacementPolicy(SOFT, 1, 2), 3, PlacementPolicy(SOFT, 3, 3, 3)),
+    (STRICT_POLICY, 2, PlacementPolicy(STRICT, 2, 3, 2)),
+])
+def test_a_ledgers_own_minimum_of_zones_is_required_and_keeps_the_desired_spread(base, min_zones, expected):
+    assert base.requiring_zones(min_zones) == expected
+    assert expected.validate() is expected
+
+
+def test_a_ledgers_own_minimum_of_zones_must_be_positive():
+    with pytest.raises(ValueError, match="min_zones"):
+        SOFT_POLICY.requiring_zones(0)
+
+
+@pytest.mark.parametrize("spec, required, placed", [
+    ("a:4 b:4", 3, False),  # two zones cannot give three, soft or not
+    ("a:4 b:4", 2, True),
+    ("a:4 b:4 c:1", 3, True),
+])
+def test_soft_placement_never_goes_below_a_required_zone_count(spec, required, placed):
+    policy = SOFT_POLICY.requiring_zones(required)
+    candidates = bookies(spec)
+    if not placed:
+        with pytest.raises(PlacementPolicyError, match="zones"):
+            new_ensemble(candidates, 3, 3, 2, policy=policy, rng=random.Random(1))
+        return
+    ring = new_ensemble(candidates, 3, 3, 2, policy=policy, rng=random.Random(1)).ensemble
+    zones = zone_of(candidates)
+    assert all(len({zones[ring[p]] for p in w}) >= required for w in write_sets(3, 3))
+
+
+def test_a_required_zone_count_still_lets_soft_mode_repeat_an_upgrade_domain():
+    """Bookies without locations (one zone, one upgrade domain) still serve a ledger that requires one zone."""
+    candidates = [BookieInfo(f"b{i}", f"127.0.0.1:{4000 + i}") for i in range(3)]
+    placement = new_ensemble(candidates, 3, 2, 2, policy=SOFT_POLICY.requiring_zones(1), rng=random.Random(1))
+    assert sorted(placement.ensemble) == ["b0", "b1", "b2"] and placement.warnings
+
+
+def test_replacing_a_bookie_never_goes_below_a_required_zone_count():
+    candidates = bookies("a:2 b:1 c:1")
+    ring = ("a0", "b0", "c0")
+    with pytest.raises(PlacementPolicyError):  # only a1 is left: the write set would span two zones
+        replace_bookie(ring, 2, candidates, 3, exclude=["c0"], policy=SOFT_POLICY.requiring_zones(3),
+                       rng=random.Random(1))
+    assert replace_bookie(ring, 2, candidates, 3, exclude=["c0"], policy=SOFT_POLICY,
+                          rng=random.Random(1)).ensemble == ("a0", "b0", "a1")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
-from storage.errors import InvalidManagedLedgerNameError, ManagedLedgerConfigError, ManagedLedgerFencedError
+from storage.errors import (
+    InvalidManagedLedgerNameError, ManagedLedgerConfigError, ManagedLedgerFencedError, PlacementPolicyError,
+)
 from storage.managed_ledger import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory, Position
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_rollover_time_s=0)
@@ -120,3 +123,30 @@ async def test_waiting_read_can_be_cancelled_without_moving_the_cursor(ledgers):
     await ml.add_entry(b"z")
     assert [e.data for e in await cursor.read_entries(10)] == [b"z"]
     assert isinstance(cursor.read_position, Position)
+
+
+def test_min_zones_must_fit_the_write_quorum():
+    with pytest.raises(ManagedLedgerConfigError, match="min_zones"):
+        ManagedLedgerConfig(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2, min_zones=3).validate()
+    with pytest.raises(ManagedLedgerConfigError, match="min_zones"):
+        ManagedLedgerConfig(min_zones=0).validate()
+
+
+async def test_min_zones_reaches_every_data_ledger_and_is_strict(cluster):
+    """The ledger client's own rule is soft (two zones would do, with a warning); the config's is not."""
+    await cluster.start_bookies(4, zones=("zone-a", "zone-b"))
+    client = await cluster.client()
+    factory = ManagedLedgerFactory(cluster.store, client)
+    config = ManagedLedgerConfig(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2, min_zones=3,
+                                 max_entries_per_ledger=2, min_ledger_rollover_time_s=0)
+    with pytest.raises(PlacementPolicyError):
+        await factory.open("t/ns/persistent/three-zones", config)
+    ml = await factory.open("t/ns/persistent/two-zones", dataclasses.replace(config, min_zones=2))
+    for i in range(5):
+        await ml.add_entry(b"%d" % i)
+    zone_of = {b.bookie_id: b.zone for b in client.registry.bookies()}
+    ledgers = [info.ledger_id for info in ml.info.ledgers]
+    assert len(ledgers) >= 3
+    for ledger_id in ledgers:
+        md, _ = await client.get_metadata(ledger_id)
+        assert len({zone_of[b] for b in md.ensembles[0][1]}) == 2

@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
-from magnetar.streams import EARLIEST, StreamClient, StreamUnavailable, WriterFenced
+from magnetar.streams import (
+    EARLIEST, NamespaceNotFound, PlacementUnsatisfiable, StreamClient, StreamUnavailable, WriterFenced,
+)
 from storage.client import ClientConfig, LedgerClient
 from storage.errors import NoSuchEntryError, NoSuchLedgerError
 from storage.testing.processes import BrokerProcess
@@ -148,3 +150,53 @@ async def test_a_namespace_with_e3_qw3_qa2_puts_each_write_set_on_three_zones(st
             await writer.close()
     finally:
         broker.stop()
+
+
+async def test_a_namespace_whose_min_zones_the_bookies_cannot_meet_is_refused(start_bookies, tmp_path, names):
+    ns, name = names
+    cluster = start_bookies(4, zones=("zone-a", "zone-b"))
+    zone_of = {b.bookie_id: b.zone for b in cluster.bookies}
+    broker = start_broker(tmp_path, cluster.metadata_url).start(60)
+    try:
+        async with StreamClient(broker.stream_address) as client:
+            with pytest.raises(PlacementUnsatisfiable, match="min_zones=3"):
+                await client.create_namespace(ns, ensemble_size=3, write_quorum=3, ack_quorum=2, min_zones=3)
+            with pytest.raises(NamespaceNotFound):
+                await client.get_namespace(ns)
+            await client.create_namespace(ns, ensemble_size=3, write_quorum=3, ack_quorum=2, min_zones=2)
+            await client.create_stream(ns, name)
+            writer = await client.open_writer(ns, name)
+            await writer.append(b"on two zones")
+            ledger = (await client.get_info(ns, name)).ledgers[-1]["ledger_id"]
+            async with await LedgerClient.open(cluster.metadata_url) as ledger_client:
+                md, _ = await ledger_client.get_metadata(ledger)
+                assert len({zone_of[b] for b in md.write_set(0)}) == 2
+            await writer.close()
+    finally:
+        broker.stop()
+
+
+async def test_a_namespaces_min_zones_is_enforced_on_the_ledgers_its_streams_create(start_bookies, tmp_path, names):
+    """The cluster-wide rule is soft (place on fewer zones with a warning); the namespace's minimum is not."""
+    ns, name = names
+    cluster = start_bookies(4)  # zone-a, zone-b, zone-c, zone-a
+    broker = start_broker(tmp_path, cluster.metadata_url).start(60)
+    try:
+        async with StreamClient(broker.stream_address) as client:
+            await client.create_namespace(ns, ensemble_size=3, write_quorum=3, ack_quorum=2, min_zones=3)
+            await client.create_stream(ns, name)
+            zone_c = next(b for b in cluster.bookies if b.zone == "zone-c")
+            zone_c.stop()
+            async with await LedgerClient.open(cluster.metadata_url) as ledger_client:
+                await wait_until_async(lambda: _unregistered(ledger_client, zone_c.bookie_id), 30,
+                                      "the zone-c bookie to unregister")
+            with pytest.raises(PlacementUnsatisfiable):
+                writer = await client.open_writer(ns, name)  # its first ledger needs three zones, two are left
+                await writer.append(b"must not land on two zones")
+    finally:
+        broker.stop()
+
+
+async def _unregistered(ledger_client, bookie_id: str) -> bool:
+    await ledger_client.registry.refresh()
+    return bookie_id not in {b.bookie_id for b in ledger_client.registry.bookies()}

@@ -6,14 +6,14 @@
 from magnetar.streams.client import EARLIEST, LATEST, Position, Record, StreamClient, StreamInfo
 from magnetar.streams.errors import (
     InvalidPosition, InvalidStreamRequest, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, NotOwner,
-    PositionTruncated, StreamError, StreamExists, StreamNotFound, StreamUnavailable, TooManyRequests, WriterFenced,
+    PlacementUnsatisfiable, PositionTruncated, StreamAuthenticationError, StreamAuthorizationError, StreamError, StreamExists, StreamNotFound, StreamUnavailable, TooManyRequests, WriterFenced,
 )
 from magnetar.streams.reader import StreamReader
 from magnetar.streams.writer import StreamWriter
 
 __all__ = [
     "EARLIEST", "LATEST", "InvalidPosition", "InvalidStreamRequest", "NamespaceExists", "NamespaceNotEmpty",
-    "NamespaceNotFound", "NotOwner", "Position", "PositionTruncated", "Record", "StreamClient", "StreamError",
+    "NamespaceNotFound", "NotOwner", "PlacementUnsatisfiable", "Position", "PositionTruncated", "Record", "StreamAuthenticationError", "StreamAuthorizationError", "StreamClient", "StreamError",
     "StreamExists", "StreamInfo", "StreamNotFound", "StreamReader", "StreamUnavailable", "StreamWriter",
     "TooManyRequests", "WriterFenced",
 ]

@@ -18,12 +18,14 @@ serves the stream then, so it delivers every record once, in order.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import time
 from typing import NamedTuple, Sequence
 
 import grpc
 
+from magnetar.auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams import stream_api_pb2_grpc as pb_grpc
 from magnetar.streams.errors import (
@@ -108,6 +110,22 @@ def _retention(time_s, size_bytes) -> pb.RetentionPolicy | None:
     return pb.RetentionPolicy(time_s=time_s, size_bytes=size_bytes)
 
 
+def _channel_credentials(auth: Authentication | None, trust_path: str | None) -> grpc.ChannelCredentials:
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise InvalidStreamRequest(f"cannot read {path}: {exc.strerror}") from None
+
+    cert = auth.client_certificate() if isinstance(auth, AuthenticationTLS) else None
+    return grpc.ssl_channel_credentials(root_certificates=read(trust_path),
+                                        private_key=read(cert[1]) if cert else None,
+                                        certificate_chain=read(cert[0]) if cert else None)
+
+
 def parse_addresses(address: str) -> list[str]:
     """``host:port[,host:port...]`` (an optional ``grpc://`` prefix); raises InvalidStreamRequest."""
     text = address.removeprefix("grpc://") if isinstance(address, str) else ""
@@ -121,12 +139,40 @@ def parse_addresses(address: str) -> list[str]:
     return out
 
 
-class StreamClient:
-    """See the module docstring. Every method raises a StreamError subclass (magnetar.streams.errors)."""
+def authorization_metadata(auth: Authentication | None) -> tuple[tuple[str, str], ...]:
+    """The ``authorization`` metadata every call carries: ``Bearer <token>`` (AuthenticationToken; a supplier is
+    called per call, so a refreshed token is used) or ``Basic <base64 user:password>`` (AuthenticationBasic).
+    AuthenticationTLS is the channel's client certificate instead. Raises InvalidStreamRequest for anything else."""
+    if auth is None or isinstance(auth, AuthenticationTLS):
+        return ()
+    if isinstance(auth, AuthenticationToken):
+        return (("authorization", "Bearer " + auth.auth_data().decode()),)
+    if isinstance(auth, AuthenticationBasic):
+        return (("authorization", "Basic " + base64.b64encode(auth.auth_data()).decode()),)
+    raise InvalidStreamRequest(f"unsupported authentication {type(auth).__name__}: use AuthenticationToken, "
+                               "AuthenticationBasic or AuthenticationTLS")
 
-    def __init__(self, address: str, *, timeout_s: float = 30.0):
+
+class StreamClient:
+    """See the module docstring. Every method raises a StreamError subclass (magnetar.streams.errors).
+
+    ``authentication``: as the Pulsar client's (``AuthenticationToken``, ``AuthenticationBasic``,
+    ``AuthenticationTLS``). ``use_tls`` (or a ``grpcs://`` address) dials the brokers over TLS, trusting
+    ``tls_trust_certs_file_path`` (else the system's roots)."""
+
+    def __init__(self, address: str, *, timeout_s: float = 30.0, authentication: Authentication | None = None,
+                 use_tls: bool = False, tls_trust_certs_file_path: str | None = None):
+        if authentication is not None and not isinstance(authentication, Authentication):
+            raise InvalidStreamRequest(f"authentication must be a magnetar Authentication, not "
+                                       f"{type(authentication).__name__}")
+        self.use_tls = use_tls or (isinstance(address, str) and address.startswith("grpcs://"))
+        if isinstance(address, str):
+            address = address.removeprefix("grpcs://")
         self.addresses = parse_addresses(address)
         self.timeout_s = timeout_s
+        self.authentication = authentication
+        authorization_metadata(authentication)  # refuse an unsupported kind now, not on the first call
+        self._credentials = _channel_credentials(authentication, tls_trust_certs_file_path) if self.use_tls else None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._owners: dict[tuple[str, str], str] = {}
         self._next = 0
@@ -147,9 +193,12 @@ class StreamClient:
     def stub(self, address: str) -> pb_grpc.StreamServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+            options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                       ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             self._channels[address] = channel
         return pb_grpc.StreamServiceStub(channel)
 
@@ -172,6 +221,7 @@ class StreamClient:
         while True:
             address = address or self._home()
             metadata = ((AUTHORITATIVE_KEY, "true"),) if authoritative else ()
+            metadata += authorization_metadata(self.authentication)
             try:
                 result = await attempt(self.stub(address), metadata)
                 if key:

@@ -74,6 +74,22 @@ class WriterFenced(StreamError):
     """Another writer opened the stream (or another broker took it over): this writer may append no more."""
 
 
+@_code(grpc.StatusCode.FAILED_PRECONDITION)
+class PlacementUnsatisfiable(StreamError):
+    """The namespace's placement (E/Qw/Qa, min_zones) cannot be met by the bookies there are: refused when the
+    namespace is created, and when a stream of it needs a new ledger the bookies can no longer place."""
+
+
+@_code(grpc.StatusCode.UNAUTHENTICATED)
+class StreamAuthenticationError(StreamError):
+    """The broker requires credentials and the call carried none, or carried ones it does not accept."""
+
+
+@_code(grpc.StatusCode.PERMISSION_DENIED)
+class StreamAuthorizationError(StreamError):
+    """The authenticated role may not do this to this namespace or stream."""
+
+
 @_code(grpc.StatusCode.OUT_OF_RANGE)
 class PositionTruncated(StreamError):
     """The position or sequence number asked for lies before the stream's truncation point."""

@@ -35,18 +35,19 @@ class _Loop:
 
 
 class StreamClient:
-    def __init__(self, address: str, *, timeout_s: float = 30.0):
+    def __init__(self, address: str, *, timeout_s: float = 30.0, **options):
+        """``options``: the asyncio StreamClient's (authentication, use_tls, tls_trust_certs_file_path)."""
         self._loop = _Loop()
         self.timeout_s = timeout_s
         try:
-            self._async: AsyncStreamClient = self._run(self._make(address, timeout_s))
+            self._async: AsyncStreamClient = self._run(self._make(address, timeout_s, options))
         except BaseException:
             self._loop.stop()
             raise
 
     @staticmethod
-    async def _make(address: str, timeout_s: float) -> AsyncStreamClient:
-        return AsyncStreamClient(address, timeout_s=timeout_s)
+    async def _make(address: str, timeout_s: float, options: dict) -> AsyncStreamClient:
+        return AsyncStreamClient(address, timeout_s=timeout_s, **options)
 
     def _run(self, coro, timeout: float | None = None):
         return self._loop.run(coro, timeout)
