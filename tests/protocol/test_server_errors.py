@@ -46,6 +46,10 @@ CLIENT_CLASSES = {
     pb.ProducerFenced: ("ProducerFenced", magnetar.Result.ProducerFenced),
     pb.AuthenticationError: ("AuthenticationError", magnetar.Result.AuthenticationError),
     pb.AuthorizationError: ("AuthorizationError", magnetar.Result.AuthorizationError),
+    pb.ProducerBlockedQuotaExceededError: ("ProducerBlockedQuotaExceededError",
+                                           magnetar.Result.ProducerBlockedQuotaExceededError),
+    pb.ProducerBlockedQuotaExceededException: ("ProducerBlockedQuotaExceededException",
+                                               magnetar.Result.ProducerBlockedQuotaExceededException),
 }
 
 
