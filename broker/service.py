@@ -233,7 +233,7 @@ class BrokerService:
         """Our bundles are gone with the session: stop serving every topic now (clients look them up again)."""
         for name in list(self.topics):
             self.spawn(self.unload_topic(self.topics[name].name))
-        self.spawn(self.ownership.register())
+        # (the ownership registers the broker again itself, once the new session exists)
 
     def _bundle_lost(self, path: str) -> None:
         """Another broker took a bundle of ours while our session lived: stop serving its topics now."""
