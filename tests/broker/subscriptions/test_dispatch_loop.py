@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.shared import SharedDispatcher
 from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import encode_headers_and_payload
@@ -174,15 +177,16 @@ class FencedCursor(Cursor):
         raise ManagedLedgerFencedError("t is fenced: the cursor node changed under us")
 
 
-async def test_seed1_partition_broker_fenced_ledger_closes_the_topic_instead_of_retrying_reads():
+@pytest.mark.parametrize("kind", [SingleActiveConsumerDispatcher, SharedDispatcher])
+async def test_seed1_partition_broker_fenced_ledger_closes_the_topic_instead_of_retrying_reads(kind):
     """Seed 1, partition-broker: after the managed ledger fenced itself, the Shared and Key_Shared loops retried
     reads on the closed cursor every 100 ms for as long as the broker ran, and their consumers got nothing.
     The loop must hand the topic to ``fenced`` (which closes it, so clients look it up again) and end."""
     cursor = FencedCursor(5)
     subscription = Subscription(cursor)
     closed_with: list[BaseException] = []
-    subscription.topic = SimpleNamespace(fenced=closed_with.append, terminated=False)
-    dispatcher = SingleActiveConsumerDispatcher(subscription, max_read_batch_size=10)
+    subscription.topic = SimpleNamespace(fenced=closed_with.append, terminated=False, limit=lambda name: 0)
+    dispatcher = kind(subscription, max_read_batch_size=10)
     consumer = Consumer(1, "c", Connection(failures=0), track_pending_acks=False)
     consumer.flow(100)
     dispatcher.add_consumer(consumer)
