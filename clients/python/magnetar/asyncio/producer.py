@@ -72,19 +72,13 @@ class _Send:
 class _Batch:
     """Messages collecting for one batched SEND: [header, payload, header, payload, ...] and their completions."""
 
-    __slots__ = ("parts", "completions", "first_seq", "last_seq", "size", "unnumbered")
+    __slots__ = ("parts", "completions", "first_seq", "last_seq", "size")
 
-    def __init__(self):
-        self.parts: list[bytes | None] = []
+    def __init__(self, first_seq: int):
+        self.parts: list[bytes] = []
         self.completions: list = []
-        self.first_seq = self.last_seq = None
+        self.first_seq = self.last_seq = first_seq
         self.size = 0
-        # key-based batching numbers its messages when the batch is sent: (index in parts, smm or None, size)
-        self.unnumbered: list[tuple[int, object, int]] = []
-
-    def numbered(self, seq: int) -> None:
-        self.first_seq = seq if self.first_seq is None else min(self.first_seq, seq)
-        self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
 
 
 class AsyncProducer:
@@ -249,6 +243,12 @@ class AsyncProducer:
                                 " (enable chunking to send it)")
         if self._pending_messages + self._batched >= self.max_pending:
             raise ProducerQueueIsFull(f"{self.max_pending} messages already pending on {self._topic}")
+        if sequence_id is None:
+            seq = self._next_seq
+            self._next_seq = seq + 1
+        else:
+            seq = sequence_id
+            self._next_seq = max(self._next_seq, seq + 1)
         if self._timeout_timer is None and self.send_timeout_s is not None:
             self._arm_timeouts(asyncio.get_running_loop())
         deliver_at_ms = None
@@ -258,49 +258,28 @@ class AsyncProducer:
             deliver_at_ms = int(deliver_at)
         keyed = (properties or partition_key is not None or ordering_key is not None or event_timestamp is not None
                  or null_value)
-        batched = self.batching and deliver_at_ms is None
-        # Broker dedup takes a SEND whose first sequence id is not above the highest one it has seen for a
-        # resend. Batches per key sent with interleaved ids would be answered as duplicates and never stored,
-        # so key-based batching numbers its messages when a batch is sent: each batch is one contiguous,
-        # ascending range after the previous one.
-        if sequence_id is not None:
-            seq = sequence_id
-            self._next_seq = max(self._next_seq, seq + 1)
-        elif batched and self.key_based:
-            seq = None
-        else:
-            if not batched:
-                self._flush_batch()  # numbers what key-based batches hold before this message
-            seq = self._next_seq
-            self._next_seq = seq + 1
-        if batched:
+        if self.batching and deliver_at_ms is None:
             key = None
             if keyed:
-                smm = pb.SingleMessageMetadata(payload_size=size)
-                if seq is not None:
-                    smm.sequence_id = seq
+                smm = pb.SingleMessageMetadata(payload_size=size, sequence_id=seq)
                 if null_value:
                     smm.null_value = True
                 _fill(smm, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
                       event_timestamp=event_timestamp)
-                header = batch_message_header(smm) if seq is not None else None
+                header = batch_message_header(smm)
                 if self.key_based and ordering_key is not None:
                     key = ("ordering", ordering_key.encode() if isinstance(ordering_key, str) else ordering_key)
                 elif self.key_based and partition_key is not None:
                     key = ("partition", partition_key)
             else:
-                smm = None
-                header = plain_batch_message_header(size, seq) if seq is not None else None
+                header = plain_batch_message_header(size, seq)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Batch()
-            if seq is None:
-                batch.unnumbered.append((len(batch.parts), smm, size))
-            else:
-                batch.numbered(seq)
+                batch = self._batches[key] = _Batch(seq)
             batch.parts.append(header)
             batch.parts.append(content)
             batch.completions.append(completion)
+            batch.last_seq = seq
             batch.size += size
             self._batched += 1
             if len(batch.completions) >= self.batch_max_messages or batch.size >= self.batch_max_bytes:
@@ -384,15 +363,6 @@ class AsyncProducer:
             batch = self._batches.pop(k, None)
             if batch is None or not batch.completions:
                 continue
-            for index, smm, size in batch.unnumbered:
-                seq = self._next_seq
-                self._next_seq = seq + 1
-                if smm is None:
-                    batch.parts[index] = plain_batch_message_header(size, seq)
-                else:
-                    smm.sequence_id = seq
-                    batch.parts[index] = batch_message_header(smm)
-                batch.numbered(seq)
             count = len(batch.completions)
             self._batched -= count
             md = self._metadata(batch.first_seq)
