@@ -86,6 +86,10 @@ class Deduplication:
             return DupStatus.NEW
         last_pushed = self.pushed.get(producer_name, -1)
         if sequence_id <= last_pushed:
+            if highest_sequence_id > last_pushed:
+                # A batch reaching past what was pushed is partly new: acknowledging it as a duplicate would drop
+                # its new messages, so the producer is told to retry (Pulsar answers the same).
+                return DupStatus.UNKNOWN
             return DupStatus.DUPLICATE if sequence_id <= self.persisted.get(producer_name, -1) else DupStatus.UNKNOWN
         self.pushed[producer_name] = max(sequence_id, highest_sequence_id)
         return DupStatus.NEW

@@ -358,7 +358,13 @@ class AsyncProducer:
             if self._batch_timer is not None:
                 self._batch_timer.cancel()
                 self._batch_timer = None
-        keys = list(self._batches) if key is ... else [key]
+        if self.key_based:
+            # Key batches hold interleaved sequence ids (A: 0, 2; B: 1, 3). Each goes out under its highest id, all
+            # of them together in that order, so the ids the broker's deduplication sees only rise: sent alone or
+            # under its lowest id, B would look like a duplicate of A and be answered without being stored.
+            keys = sorted(self._batches, key=lambda k: self._batches[k].last_seq)
+        else:
+            keys = list(self._batches) if key is ... else [key]
         for k in keys:
             batch = self._batches.pop(k, None)
             if batch is None or not batch.completions:
@@ -373,7 +379,8 @@ class AsyncProducer:
                     md.ordering_key = k[1]
                 else:
                     md.partition_key = k[1]
-            self._enqueue(_Send(batch.first_seq, batch.last_seq, count, self._encode(md, b"".join(batch.parts)),
+            send_id = batch.last_seq if self.key_based else batch.first_seq
+            self._enqueue(_Send(send_id, batch.last_seq, count, self._encode(md, b"".join(batch.parts)),
                                 batch.completions, batched=True))
 
     def _enqueue(self, send: _Send) -> None:
