@@ -169,10 +169,10 @@ class Ownership:
         self._checks: set[asyncio.Task] = set()
         self._report_due = False
         self._reporting: asyncio.Task | None = None
-        # Set when the session was lost: register again once the store is CONNECTED on its new session (a
-        # registration made at once would still run on the expired one and fail with SessionExpiredError).
-        self._register_on_connect = False
-        self._registering: asyncio.Task | None = None
+        # Cleared when the session is lost, set when the store is CONNECTED on its new one: a registration made
+        # in between would still run on the expired session and fail with SessionExpiredError.
+        self._session_live = asyncio.Event()
+        self._session_live.set()
         store.add_session_listener(self._session_changed)
 
     # ---- registration and load -------------------------------------------------------
@@ -190,6 +190,11 @@ class Ownership:
         return json.dumps(self.report_json()).encode()
 
     async def register(self) -> None:
+        """Register this broker (ephemerally); after a lost session, once the new session exists."""
+        await self._session_live.wait()
+        await self._register()
+
+    async def _register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
         try:
             await self.store.create(path, self._report_doc(), ephemeral=True, make_parents=True)
@@ -540,9 +545,8 @@ class Ownership:
         log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))
 
     def _session_changed(self, state: SessionState) -> None:
-        if state is SessionState.CONNECTED and self._register_on_connect:
-            self._register_on_connect = False
-            self._registering = asyncio.get_running_loop().create_task(self._register_again())
+        if state is SessionState.CONNECTED:
+            self._session_live.set()
         if state is SessionState.SUSPENDED:
             log.warning("broker %s: metadata connection suspended; writes wait until ownership is re-verified",
                         self.me.broker_id)
@@ -558,12 +562,5 @@ class Ownership:
             for path in list(self.owned):
                 self._drop(path)
             self.unloading.clear()
-            self._register_on_connect = True
+            self._session_live.clear()
             self._on_session_lost()
-
-    async def _register_again(self) -> None:
-        try:
-            await self.register()
-            log.info("broker %s registered again on its new metadata session", self.me.broker_id)
-        except MetadataError as exc:  # the next load report registers it (report_load meets NoNode)
-            log.warning("broker %s: registering on the new metadata session failed: %s", self.me.broker_id, exc)
