@@ -94,7 +94,6 @@ class BrokerService:
         self.load_manager: LoadManager | None = None
         self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
         self.authorization = AuthorizationService(self)
-        self.stream_api = None  # broker/streams/server.py, when stream_port is set
 
     @classmethod
     async def start(cls, config: BrokerConfig, store: MetadataStore | None = None) -> "BrokerService":
@@ -119,9 +118,6 @@ class BrokerService:
             owner_expiry_wait_s=2 * config.metadata_session_timeout_s, owns_address=True,
             on_bundle_lost=service._bundle_lost, takeover_hold_s=config.metadata_session_timeout_s)
         await service.ownership.register()
-        if config.stream_port is not None:
-            from broker.streams.server import StreamServer
-            service.stream_api = await StreamServer.start(service)
         for server in service._servers:
             await server.start_serving()
         service.spawn(service._maintain())
@@ -238,14 +234,10 @@ class BrokerService:
         for name in list(self.topics):
             self.spawn(self.unload_topic(self.topics[name].name))
         self.spawn(self.ownership.register())
-        if self.stream_api is not None:
-            self.spawn(self.stream_api.session_lost())
 
     def _bundle_lost(self, path: str) -> None:
         """Another broker took a bundle of ours while our session lived: stop serving its topics now."""
         self.spawn(self._unload_bundle_topics(path))
-        if self.stream_api is not None:
-            self.spawn(self.stream_api.service.unload_bundle(path))
 
     async def _unload_bundle_topics(self, path: str) -> None:
         for topic in list(self.topics.values()):
@@ -376,8 +368,6 @@ class BrokerService:
             names = [t for t in list(self.topics.values()) if await self.ownership.path_of(t.name) == bundle_path]
             for topic in names:
                 await self.unload_topic(topic.name)
-            if self.stream_api is not None:
-                await self.stream_api.service.unload_bundle(bundle_path)
         finally:
             await self.ownership.release(bundle_path)
         return len(names)
@@ -453,8 +443,6 @@ class BrokerService:
         if self.ownership is not None:
             for path in list(self.ownership.owned):
                 self.ownership.disable(path)  # clients told to move must not reload their topics here
-        if self.stream_api is not None:
-            await self.stream_api.close()
         for name in list(self.topics):
             topic = self.topics.pop(name)
             try:
