@@ -170,6 +170,10 @@ class Ownership:
         self._checks: set[asyncio.Task] = set()
         self._report_due = False
         self._reporting: asyncio.Task | None = None
+        # Cleared when the session is lost, set when the store is CONNECTED on its new one: a registration made
+        # in between would still run on the expired session and fail with SessionExpiredError.
+        self._session_live = asyncio.Event()
+        self._session_live.set()
         store.add_session_listener(self._session_changed)
 
     # ---- registration and load -------------------------------------------------------
@@ -187,6 +191,11 @@ class Ownership:
         return json.dumps(self.report_json()).encode()
 
     async def register(self) -> None:
+        """Register this broker (ephemerally); after a lost session, once the new session exists."""
+        await self._session_live.wait()
+        await self._register()
+
+    async def _register(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
         # A previous incarnation's node (kill -9, then a restart on the same address) vanishes by itself when its
         # session expires, which may happen between any two of the steps below: then look again, never fail the
@@ -542,6 +551,8 @@ class Ownership:
         log.info("broker %s re-verified %d bundles after a metadata suspension", self.me.broker_id, len(self.owned))
 
     def _session_changed(self, state: SessionState) -> None:
+        if state is SessionState.CONNECTED:
+            self._session_live.set()
         if state is SessionState.SUSPENDED:
             log.warning("broker %s: metadata connection suspended; writes wait until ownership is re-verified",
                         self.me.broker_id)
@@ -557,4 +568,5 @@ class Ownership:
             for path in list(self.owned):
                 self._drop(path)
             self.unloading.clear()
+            self._session_live.clear()
             self._on_session_lost()

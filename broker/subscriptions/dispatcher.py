@@ -153,6 +153,13 @@ class Dispatcher(abc.ABC):
         except asyncio.CancelledError:
             raise
         except StorageError as exc:
+            if self._storage_gone():
+                # No read will succeed again: close the topic (clients look it up again) and end this loop.
+                log.warning("subscription %s: its managed ledger is %s (%s); closing the topic", self.subscription.name,
+                            self.cursor.ml.state.value, exc)
+                self._closed = True
+                self.subscription.topic.fenced(exc)
+                return None
             log.warning("read for subscription %s failed: %s", self.subscription.name, exc)
             await self._backoff()
             return None
@@ -169,6 +176,11 @@ class Dispatcher(abc.ABC):
             self.cursor.rewind()  # what was read may not have gone out: read it again
             await self._backoff()
             return None
+
+    def _storage_gone(self) -> bool:
+        ml = getattr(self.cursor, "ml", None)
+        state = getattr(ml, "state", None)
+        return state is not None and state.value in ("fenced", "closed", "deleted")
 
     async def _backoff(self) -> None:
         await self._pause(0.1)

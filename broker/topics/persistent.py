@@ -70,6 +70,9 @@ class PersistentTopic:
         self._waiting_exclusive: list[tuple[Producer, asyncio.Future]] = []
         self._tasks: set[asyncio.Task] = set()
         self.closed = False
+        listeners = getattr(ml, "fence_listeners", None)
+        if listeners is not None:
+            listeners.append(self.fenced)
         self._publishing = 0  # writes in flight
         self._idle = asyncio.Event()
         self._idle.set()
@@ -255,9 +258,15 @@ class PersistentTopic:
         return position
 
     def fenced(self, exc: Exception) -> None:
+        """The managed ledger is fenced or closed under the topic: close the topic, so its producers and
+        consumers are told to look it up again (on this broker, if it still owns the bundle, the topic is
+        loaded afresh), instead of dispatch loops retrying a read that can never succeed."""
         if not self.closed:
             log.warning("topic %s fenced: %s; closing it", self.name, exc)
-            self.spawn(self.service.unload_topic(self.name))
+            if self.service.topics.get(str(self.name)) is self:
+                self.spawn(self.service.unload_topic(self.name))
+            else:  # already replaced (or never registered): close only this instance
+                self.spawn(self.close(notify=True))
 
     # ---- subscriptions ---------------------------------------------------
 

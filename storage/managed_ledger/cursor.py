@@ -98,11 +98,12 @@ class ManagedCursor:
     async def create(cls, ml, name: str, initial: InitialPosition) -> "ManagedCursor":
         mark = ml.last_confirmed_entry if initial is InitialPosition.LATEST else ml.position_before(ml.first_position)
         cursor = cls(ml, name, mark)
+        initial = cursor._persistence.snapshot(-1)
         try:
-            await ml.store.create(ml.cursor_path(name), cursor._persistence.snapshot(-1), make_parents=True)
+            await ml.store.create(ml.cursor_path(name), initial, make_parents=True)
         except NodeExistsError:
             return await cls.restore(ml, name)
-        cursor._persistence.node_version = 0
+        cursor._persistence.node_version, cursor._persistence.node_bytes = 0, initial
         return cursor
 
     @classmethod
@@ -142,7 +143,7 @@ class ManagedCursor:
         cursor._seq = state.seq
         cursor.read_position = ml.position_after(cursor.mark_delete_position)
         cursor._persistence.old_ledger_id = ledger_id if ledger_id >= 0 else None
-        cursor._persistence.node_version = stat.version
+        cursor._persistence.node_version, cursor._persistence.node_bytes = stat.version, data
         return cursor
 
     def _state(self) -> CursorState:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from storage.client import api
 from storage.errors import BadVersionError, CursorStateCorruptError, ManagedLedgerFencedError, NoNodeError, StorageError
+from storage.managed_ledger.conditional_write import set_conditionally
 from storage.managed_ledger.cursor_state import (
     Chunk, CursorState, decode_state, encode_state, frame_chunks, join_chunks, parse_entry, previous_final_chunk,
     snapshot_doc,
@@ -48,6 +49,7 @@ class CursorLedger:
         self._broken = False  # a chunk failed: the next state goes to a new ledger
         self.old_ledger_id: int | None = None  # restored from; deleted once a new one is in the snapshot
         self.node_version = -1
+        self.node_bytes: bytes | None = None  # what the node held at node_version, when known
         self._pending_flush: asyncio.Future | None = None
         self._flusher: asyncio.Task | None = None
 
@@ -123,13 +125,14 @@ class CursorLedger:
         except StorageError:
             await self._discard_ledger(new)
             raise
+        data = self.snapshot(new.ledger_id, snapshot)
         try:
-            stat = await ml.store.set(ml.cursor_path(cursor.name), self.snapshot(new.ledger_id, snapshot), self.node_version)
+            stat = await set_conditionally(ml.store, ml.cursor_path(cursor.name), data, self.node_version, self.node_bytes)
         except (BadVersionError, NoNodeError) as exc:
             ml.fence(exc)
             await self._discard_ledger(new)
             raise ManagedLedgerFencedError(f"cursor {cursor.name} of {ml.name} changed under us") from exc
-        self.node_version = stat.version
+        self.node_version, self.node_bytes = stat.version, data
         old, self.ledger = self.ledger, new
         self._entries, self._bytes, self._broken = len(chunks), size, False
         stale = [old.ledger_id] if old is not None else []

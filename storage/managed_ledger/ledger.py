@@ -38,6 +38,7 @@ from storage.errors import (
     BadVersionError, ManagedLedgerClosedError, ManagedLedgerFencedError, MetadataError, NodeExistsError, NoNodeError,
     NoSuchLedgerError,
 )
+from storage.managed_ledger.conditional_write import set_conditionally
 from storage.managed_ledger.add_pipeline import AddPipeline
 from storage.managed_ledger.cache import EntryCache
 from storage.managed_ledger.config import ManagedLedgerConfig
@@ -65,6 +66,7 @@ class ManagedLedger:
         self.path = ledger_path(name)
         self.info = ManagedLedgerInfo()
         self._version = -1
+        self._info_bytes: bytes | None = None  # what the node held at _version
         self._adds = AddPipeline(self)
         self._admission = AddAdmission(config.max_pending_add_entries, config.max_pending_add_bytes)
         self._read_handles: dict[int, api.ReadHandle] = {}
@@ -76,6 +78,9 @@ class ManagedLedger:
         self.cache = EntryCache(int(config.cache_size_mb * 1024 * 1024))
         self.stats = {"entries_added": 0, "bytes_added": 0, "entries_read": 0, "cache_hits": 0, "cache_misses": 0}
         self.last_confirmed_entry = Position(-1, -1)
+        # called with the error when this managed ledger fences itself, whatever operation met the conflict
+        # (a cursor's background write included), so its owner can give the topic up instead of retrying
+        self.fence_listeners: list = []
 
     # ---- open ------------------------------------------------------------------
 
@@ -88,7 +93,7 @@ class ManagedLedger:
             except NodeExistsError:
                 pass
             data, stat = await self.store.get(self.path)
-        self.info, self._version = ManagedLedgerInfo.from_bytes(data), stat.version
+        self.info, self._version, self._info_bytes = ManagedLedgerInfo.from_bytes(data), stat.version, data
         if self.info.ledgers:
             await self._recover_last_ledger()
         await self._adds.create_ledger()
@@ -141,12 +146,13 @@ class ManagedLedger:
         """Conditional write of the ledger list; a conflict fences this managed ledger."""
         async with self._meta_lock:
             self._check_not_fenced()
+            data = self.info.to_bytes()
             try:
-                stat = await self.store.set(self.path, self.info.to_bytes(), self._version)
+                stat = await set_conditionally(self.store, self.path, data, self._version, self._info_bytes)
             except (BadVersionError, NoNodeError) as exc:
                 self.fence(exc)
                 raise ManagedLedgerFencedError(f"{self.name}: the ledger list changed under us ({exc}); another owner took over") from exc
-            self._version = stat.version
+            self._version, self._info_bytes = stat.version, data
 
     def fence(self, exc: BaseException) -> None:
         """Another owner took over: fail every add in flight or queued, and every later operation."""
@@ -157,6 +163,11 @@ class ManagedLedger:
             self._lifecycle.to(_FENCED)
         self._adds.fail_all(ManagedLedgerFencedError(f"{self.name} is fenced: {exc}"))
         self._wake_waiters()
+        for listener in list(self.fence_listeners):
+            try:
+                listener(exc)
+            except Exception:  # a listener's bug must not keep the others from hearing of the fence
+                log.exception("fence listener of %s failed", self.name)
 
     def _check_not_fenced(self) -> None:
         if self.state is _FENCED:

@@ -6,10 +6,15 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from broker.subscriptions.consumer import Consumer
+from broker.subscriptions.shared import SharedDispatcher
 from broker.subscriptions.single_active import SingleActiveConsumerDispatcher
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import encode_headers_and_payload
+from storage.errors import ManagedLedgerFencedError
+from storage.managed_ledger.lifecycle import ManagedLedgerState
 from storage.testing.waiting import wait_until_async
 
 
@@ -157,3 +162,38 @@ def test_reads_are_bounded_by_bytes_at_the_recent_entry_size():
     assert dispatcher.bounded_by_bytes(100) == 100  # small entries again: the count bound applies
     dispatcher.max_read_bytes = 1
     assert dispatcher.bounded_by_bytes(100) == 1  # always at least one entry
+
+
+class FencedCursor(Cursor):
+    """A cursor whose managed ledger fenced itself: every read fails, as ManagedCursor's do then."""
+
+    def __init__(self, count: int):
+        super().__init__(count)
+        self.ml = SimpleNamespace(state=ManagedLedgerState.FENCED)
+        self.reads = 0
+
+    async def read_entries(self, n: int):
+        self.reads += 1
+        raise ManagedLedgerFencedError("t is fenced: the cursor node changed under us")
+
+
+@pytest.mark.parametrize("kind", [SingleActiveConsumerDispatcher, SharedDispatcher])
+async def test_seed1_partition_broker_fenced_ledger_closes_the_topic_instead_of_retrying_reads(kind):
+    """Seed 1, partition-broker: after the managed ledger fenced itself, the Shared and Key_Shared loops retried
+    reads on the closed cursor every 100 ms for as long as the broker ran, and their consumers got nothing.
+    The loop must hand the topic to ``fenced`` (which closes it, so clients look it up again) and end."""
+    cursor = FencedCursor(5)
+    subscription = Subscription(cursor)
+    closed_with: list[BaseException] = []
+    subscription.topic = SimpleNamespace(fenced=closed_with.append, terminated=False, limit=lambda name: 0)
+    dispatcher = kind(subscription, max_read_batch_size=10)
+    consumer = Consumer(1, "c", Connection(failures=0), track_pending_acks=False)
+    consumer.flow(100)
+    dispatcher.add_consumer(consumer)
+    try:
+        await wait_until_async(lambda: dispatcher._task is not None and dispatcher._task.done(), 5,
+                               lambda: f"the loop to end; it read {cursor.reads} times")
+    finally:
+        await dispatcher.close()
+    assert cursor.reads == 1
+    assert len(closed_with) == 1 and isinstance(closed_with[0], ManagedLedgerFencedError)
