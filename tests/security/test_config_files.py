@@ -32,10 +32,7 @@ configurationStoreServers=
 zooKeeperOperationTimeoutSeconds=30
 brokerShutdownTimeoutMs=3000
 backlogQuotaCheckEnabled=true
-backlogQuotaCheckIntervalInSeconds=60
 backlogQuotaDefaultLimitGB=10
-brokerDeleteInactiveTopicsEnabled=true
-messageExpiryCheckIntervalInMinutes=5
 clientLibraryVersionCheckEnabled=false
 statusFilePath=/usr/local/apache/htdocs
 subscriptionRedeliveryTrackerEnabled=true
@@ -98,6 +95,9 @@ managedLedgerMaxLedgerRolloverTimeMinutes=240
 
 ### Topics
 keepAliveIntervalSeconds=30
+backlogQuotaCheckIntervalInSeconds=60
+brokerDeleteInactiveTopicsEnabled=true
+messageExpiryCheckIntervalInMinutes=5
 allowAutoTopicCreation=true
 allowAutoTopicCreationType=non-partitioned
 defaultNumPartitions=1
