@@ -14,24 +14,7 @@ from broker.server.connection import ServerConnection
 from broker.server.limits import ConnectionLimits, PublishBuffer
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import FrameDecoder
-
-
-class RecordingTransport:
-    def __init__(self):
-        self.written = b""
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name):
-        return ("127.0.0.1", 1234) if name == "peername" else None
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        self.write_buffer_limits = (high, low)
+from tests.broker.support import RecordingTransport
 
 
 def _connection() -> tuple[ServerConnection, RecordingTransport]:

@@ -21,26 +21,9 @@ from broker.server.limits import ConnectionLimits, PublishBuffer
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.frames import FrameDecoder, command, encode_command, encode_payload_command
 from storage.testing.waiting import wait_until_async
+from tests.broker.support import RecordingTransport
 
 T = pb.BaseCommand
-
-
-class RecordingTransport:
-    def __init__(self):
-        self.written = b""
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name):
-        return ("127.0.0.1", 1234) if name == "peername" else None
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        self.write_buffer_limits = (high, low)
 
 
 class RefusesFirstPublish:
