@@ -92,7 +92,8 @@ def test_seed_7_dedup_resend_after_the_connection_dropped_mid_store_is_acknowled
         b.set_journal_faults(SLOW_FSYNC_MS)
     first.send()
     # Both bookies are inside the (slow) fsync of this entry: the broker is waiting in the managed ledger's add.
-    wait_until(lambda: all(_fsyncs(b) > before[b.name] for b in bookies), 15, "the entry's journal fsync on both bookies")
+    wait_until(lambda: all(_fsyncs(b) > before[b.name] for b in bookies), 15,
+               "the entry's journal fsync on both bookies")
     first.raw.close()  # the connection drops while the store is pending; the broker cancels its tasks
 
     again = Producer(broker, topic)
