@@ -127,19 +127,20 @@ class AsyncClient:
         conn = self._connections.get(current) if current is not None else None
         if conn is not None and not conn.closed:
             return conn
-        failures = []
+        failures: list[MagnetarError] = []
         for address in self.service_hosts.to_try():
             try:
                 conn = await self.connection(address)
             except (ConnectError, Timeout) as exc:  # this host is down or silent: the next one may answer
-                failures.append(str(exc))
+                failures.append(exc)
                 continue
             self.service_hosts.answered(address)
             return conn
         self.service_hosts.none_answered()
         if len(failures) == 1:
-            raise ConnectError(failures[0])
-        raise ConnectError(f"no host of {self.service_url} could be reached: {'; '.join(failures)}")
+            raise failures[0]
+        raise ConnectError(f"no host of {self.service_url} could be reached: {'; '.join(map(str, failures))}") \
+            from failures[-1]
 
     async def lookup(self, topic: str) -> str:
         """The address of the broker that serves ``topic`` (LOOKUP, following Redirect answers)."""
