@@ -20,7 +20,8 @@ import uuid
 import pulsar
 import pytest
 
-from loadtest.nemesis.net_faults import NET_FAULTS, PartitionBookie, PartitionBroker, _registered
+from loadtest.nemesis.net_faults import NET_FAULTS, PartitionBookie, PartitionBroker
+from loadtest.nemesis.process_faults import registered
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 from storage.testing.netproxy import Rules, is_held, loopback_sockets
@@ -218,7 +219,7 @@ def test_an_isolated_bookie_restarted_meanwhile_stays_isolated(fault_cluster):
     fault.heal(cluster)
     assert cluster.proxy.describe()["rules"] == {"links": [], "pids": []}
     victim.start(60)
-    wait_until(lambda: _registered(cluster, f"/ledgers/available/{victim.bookie_id}"), 30,
+    wait_until(lambda: registered(cluster, f"/ledgers/available/{victim.bookie_id}"), 30,
                "the bookie to register once the partition healed")
 
 
