@@ -1,6 +1,6 @@
 """Service URLs with several hosts (``pulsar://h1:p1,h2:p2``): parsing, and the order the hosts are dialled in.
 
-The real-broker side (the first host down, then the one in use lost) is tests/cluster/test_service_url_hosts.py.
+The real-broker side (the first host down, then the one in use lost: the next one is dialled) is tests/cluster/test_service_url_hosts.py.
 """
 
 from __future__ import annotations
