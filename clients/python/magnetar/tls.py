@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from magnetar.errors import InvalidConfiguration
 
 PLAIN, TLS = "pulsar://", "pulsar+ssl://"
-
-
 MAX_SERVICE_HOSTS = 64  # hosts in one service URL: a cluster's brokers, not a list to scan
 
 
