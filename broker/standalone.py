@@ -79,7 +79,9 @@ class Standalone:
         return cls(broker, bookies, store)
 
     def bookie_lines(self, address: str) -> list[str]:
-        """One line per bookie for the start-up output: its id, data and HTTP (metrics) addresses as bound, zone."""
+        """One line per bookie for the start-up output: its id, data and HTTP (metrics) addresses as bound, zone.
+
+        Not the ``bookie`` CLI's ready line: scripts wait for the broker's `` ready (`` in this output."""
         return [f"bookie {b.bookie_id} serving (bookie://{address}:{b.port}, metrics http://{address}:{b.http_port}"
                 f"/metrics; zone {b.config.network_location.split('/')[1].removeprefix('zone-')})"
                 for b in self.bookies]

@@ -247,3 +247,18 @@ def test_every_metric_the_dashboard_uses_exists(standalone, client, topic):
     used = set().union(*map(promql_metric_names, queries))
     assert len(queries) > 30 and len(used) > 40
     assert sorted(used - scraped) == []
+
+
+def test_docs_list_every_metric(standalone, client, topic):
+    """docs/metrics.md names every family a broker and its bookies export (a new metric must be documented)."""
+    produce_and_consume(client, topic, 3)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"\b(?:pulsar|bookie|magnetar)_[A-Za-z0-9_]*[A-Za-z0-9]", page))
+    urls = [f"{standalone.web_url}/metrics", *(url for _, url, _ in bookie_urls(standalone).values())]
+    families = set()
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=15) as resp:
+            families |= {(f.name, f.type) for f in text_string_to_metric_families(resp.read().decode())}
+    missing = sorted(name for name, kind in families if not name.endswith("_created")
+                     and name not in documented and f"{name}_total" not in documented)
+    assert len(families) > 80 and missing == []
