@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from storage.testing.processes import BrokerProcess, http_json
+from storage.testing.processes import BrokerProcess, free_port_block, http_json
 from storage.testing.waiting import wait_until
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "magnetar.json"
@@ -23,8 +23,9 @@ BOOKIE_LINE = re.compile(r"^bookie (\S+) serving \(bookie://[^:]+:(\d+), metrics
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    """Sampled every 0.5 s, so rates show within a second; the window is Pulsar's 60 s."""
-    broker = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data",
+    """Sampled every 0.5 s, so rates show within a second; the window is Pulsar's 60 s. Bookie HTTP ports from a
+    base, as an operator gives them (the harness's default 0 lets each bookie pick one)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", bookie_http_port=free_port_block(3),
                            env={"MAGNETAR_BROKER_STATS_SAMPLE_INTERVAL_S": "0.5"})
     broker.start(timeout_s=60)
     yield broker
@@ -262,3 +263,31 @@ def test_docs_list_every_metric(standalone, client, topic):
     missing = sorted(name for name, kind in families if not name.endswith("_created")
                      and name not in documented and f"{name}_total" not in documented)
     assert len(families) > 80 and missing == []
+
+
+def test_bookie_http_port_0_picks_free_ports_and_prints_them(start_standalone):
+    broker = start_standalone()  # the harness's default: --bookie-http-port 0
+    printed = bookie_urls(broker)
+    ports = {int(url.rsplit(":", 1)[1].removesuffix("/metrics")) for _, url, _ in printed.values()}
+    assert len(printed) == 3 and len(ports) == 3 and 0 not in ports
+    for _, url, _ in printed.values():
+        assert value(scrape(url), "bookie_SERVER_STATUS") == 1
+
+
+def test_a_taken_bookie_http_port_refuses_the_start(tmp_path):
+    import socket
+    import subprocess
+
+    from storage.testing.processes import VENV_BIN, free_port
+
+    base = free_port_block(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 1))  # bookie b's
+        taken.listen()
+        result = subprocess.run(
+            [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()),
+             "--http-port", str(free_port()), "--stream-port", str(free_port()), "--bookie-port", str(free_port_block(3)),
+             "--bookie-http-port", str(base)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "refusing to start" in result.stderr and str(base + 1) in result.stderr
+    assert " ready (" not in result.stdout
