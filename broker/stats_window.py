@@ -146,6 +146,20 @@ class TopicStatsSampler:
     def samples_taken(self) -> int:
         return self.topics.samples_taken
 
+    def add_rates(self, name: str, stats: dict) -> dict:
+        """Pulsar's rate fields of a topic's stats document (msgRateIn, msgThroughputIn, msgRateOut,
+        msgThroughputOut; per subscription msgRateOut, msgThroughputOut, msgRateRedeliver), from the window."""
+        topic = self.topics.delta(name) or Delta(0.0, ())
+        for key, field in (("msgRateIn", "msg_in"), ("msgThroughputIn", "bytes_in"), ("msgRateOut", "msg_out"),
+                           ("msgThroughputOut", "bytes_out")):
+            stats[key] = topic.rate(TOPIC_FIELDS.index(field)) if topic.values else 0.0
+        for sub_name, sub_stats in stats.get("subscriptions", {}).items():
+            sub = self.subscriptions.delta((name, sub_name)) or Delta(0.0, ())
+            for key, field in (("msgRateOut", "msg_out"), ("msgThroughputOut", "bytes_out"),
+                               ("msgRateRedeliver", "redeliveries")):
+                sub_stats[key] = sub.rate(SUBSCRIPTION_FIELDS.index(field)) if sub.values else 0.0
+        return stats
+
     async def run(self) -> None:
         while True:
             try:

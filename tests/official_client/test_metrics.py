@@ -103,6 +103,13 @@ def test_rates_come_from_the_window_so_two_scrapes_agree(standalone, client, top
     assert value(first, "pulsar_in_bytes_total", **t) == value(first, "pulsar_out_bytes_total", **t) > 40 * 100
     assert value(first, "magnetar_stats_window_seconds") > 0
 
+    # The admin stats give Pulsar's rate fields from the same window.
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/stats"
+    with urllib.request.urlopen(f"{standalone.web_url}{path}", timeout=15) as resp:
+        stats = json.loads(resp.read())
+    assert stats["msgRateIn"] > 0 and stats["msgRateOut"] > 0 and stats["msgThroughputIn"] > 100 * stats["msgRateIn"]
+    assert stats["subscriptions"]["s"]["msgRateOut"] > 0 and stats["subscriptions"]["s"]["msgRateRedeliver"] == 0
+
 
 def test_add_latency_entry_sizes_and_cache_are_measured(standalone, client, topic):
     produce_and_consume(client, topic, 25)
