@@ -27,6 +27,7 @@ from storage.managed_ledger.passwords import parse_secret
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
+MAX_STATS_WINDOW_SAMPLES = 720  # e.g. a 1 h window sampled every 5 s
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
@@ -322,6 +323,9 @@ class BrokerConfig:
                 raise ValueError(f"{name} must be > 0")
         if self.stats_sample_interval_s > self.stats_update_frequency_s:
             raise ValueError("stats_sample_interval_s must be <= stats_update_frequency_s (the window it samples)")
+        if self.stats_update_frequency_s / self.stats_sample_interval_s > MAX_STATS_WINDOW_SAMPLES:
+            raise ValueError(f"stats_update_frequency_s / stats_sample_interval_s must be <= {MAX_STATS_WINDOW_SAMPLES} "
+                             "(the stats window keeps one sample of every topic per interval)")
         for name in ("load_balancer_namespace_bundle_max_topics", "load_balancer_namespace_bundle_max_sessions",
                      "load_balancer_namespace_bundle_max_msg_rate", "load_balancer_namespace_bundle_max_bandwidth_mbytes",
                      "load_balancer_shedding_grace_period_s", "load_balancer_broker_threshold_shedder_percentage",
