@@ -27,7 +27,7 @@ from storage.managed_ledger.passwords import parse_secret
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
-MAX_STATS_WINDOW_SAMPLES = 720  # e.g. a 1 h window sampled every 5 s
+MAX_STATS_WINDOW_SAMPLES = 120  # e.g. 10 min sampled every 5 s; memory grows with samples x active topics
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, Sequence
@@ -47,7 +48,7 @@ class Delta:
         return self.values[index] / self.span_s if self.span_s > 0 else 0.0
 
 
-def counter_delta(old: Vector, new: Vector) -> Vector:
+def counter_delta(old: Sequence[float], new: Sequence[float]) -> Vector:
     """Component-wise growth; a component that went down was reset and counts from zero."""
     return tuple(n - o if n >= o else n for o, n in zip(old, new))
 
@@ -88,8 +89,18 @@ class CounterWindow:
         self.samples_taken = 0
 
     def sample(self, readings: Mapping[Hashable, Vector]) -> None:
+        """Add a sample of every key's counters; what scrapes read is recomputed here only.
+
+        Memory: a vector that changed since the previous sample is kept as doubles (8 bytes a counter); one
+        that did not (an idle topic) shares the previous sample's, so idle topics cost a dict slot a sample.
+        """
         now = self.clock()
-        self._samples.append((now, dict(readings)))
+        previous = self._samples[-1][1] if self._samples else {}
+        kept: dict[Hashable, Sequence[float]] = {}
+        for key, vector in readings.items():
+            before = previous.get(key)
+            kept[key] = before if before is not None and before == _doubles(vector) else _doubles(vector)
+        self._samples.append((now, kept))
         while self._samples and self._samples[0][0] < now - self.window_s:
             self._samples.popleft()
         self._deltas = window_deltas(self._samples)
@@ -102,6 +113,10 @@ class CounterWindow:
     def span_s(self) -> float:
         """How much time the kept samples cover (up to the window)."""
         return self._samples[-1][0] - self._samples[0][0] if self._samples else 0.0
+
+
+def _doubles(vector: Vector) -> array:
+    return vector if isinstance(vector, array) else array("d", vector)
 
 
 # ---- the broker's sampler: reads the topics, feeds two windows -----------------------------------------------
