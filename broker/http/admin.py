@@ -417,9 +417,11 @@ async def partitioned_stats(request):
     parts = {}
     for i in range(count):
         name = str(topic.partition(i))
-        parts[name] = service.topic_stats.add_rates(name, (await service.get_topic(topic.partition(i), create=True)).stats())
+        partition = await service.get_topic(topic.partition(i), create=True)
+        parts[name] = service.topic_stats.add_rates(name, partition.stats())
     total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog",
-                                                             "msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")}
+                                                             "msgRateIn", "msgRateOut", "msgThroughputIn",
+                                                             "msgThroughputOut")}
     # Pulsar's perPartition defaults to true; false leaves the per-partition stats out.
     per_partition = request.query.get("perPartition", "true").lower() != "false"
     return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})

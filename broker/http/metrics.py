@@ -59,7 +59,8 @@ def quantile_labels(bounds) -> list[str]:
 
 _LATENCY_NAMES = [f"pulsar_storage_write_latency_le_{le_suffix(b)}" for b in ADD_LATENCY_BOUNDS_MS] \
     + ["pulsar_storage_write_latency_le_overflow"]
-_SIZE_NAMES = [f"pulsar_entry_size_le_{size_suffix(b)}" for b in ENTRY_SIZE_BOUNDS_BYTES] + ["pulsar_entry_size_le_overflow"]
+_SIZE_NAMES = [f"pulsar_entry_size_le_{size_suffix(b)}" for b in ENTRY_SIZE_BOUNDS_BYTES] \
+    + ["pulsar_entry_size_le_overflow"]
 _LATENCY_QUANTILES = quantile_labels(ADD_LATENCY_BOUNDS_MS)
 _SIZE_QUANTILES = quantile_labels(ENTRY_SIZE_BOUNDS_BYTES)
 
@@ -211,20 +212,21 @@ class _NamespaceTotals:
 
     def __init__(self):
         self.delta = [0.0] * _TOPIC_VECTOR_LEN
-        self.span_s = 0.0
+        self.rates = [0.0] * _TOPIC_VECTOR_LEN
         self.backlog = 0
         self.stored = 0
         self.cache_bytes = 0
 
     def add(self, topic, delta: Delta, subs) -> None:
         self.delta = [a + b for a, b in zip(self.delta, delta.values)]
-        self.span_s = max(self.span_s, delta.span_s)
+        if delta.span_s > 0:  # each topic's own rate: one loaded mid-window has a shorter span than the others
+            self.rates = [a + b / delta.span_s for a, b in zip(self.rates, delta.values)]
         self.backlog += sum(s.backlog for _, s in subs)
         self.stored += topic.ml.total_size * getattr(topic.ml.config, "write_quorum_size", 1)
         self.cache_bytes += topic.ml.cache.size
 
     def rate(self, field: str) -> float:
-        return self.delta[_F[field]] / self.span_s if self.span_s > 0 else 0.0
+        return self.rates[_F[field]]
 
     def emit_managed_ledger(self, g: _Families, values: list[str]) -> None:
         doc = "over the stats window, summed over the namespace's managed ledgers"
@@ -235,9 +237,8 @@ class _NamespaceTotals:
               self.delta[_F["entries_added"]])
         g.add("pulsar_ml_AddEntryErrors", f"adds that failed, {doc}", lt, self.delta[_F["add_errors"]])
         g.add("pulsar_ml_ReadEntriesRate", f"entries/s read, {doc}", lt, self.rate("entries_read"))
-        read_bytes = self.delta[_F["cache_hit_bytes"]] + self.delta[_F["cache_miss_bytes"]]
         g.add("pulsar_ml_ReadEntriesBytesRate", f"bytes/s read, {doc}", lt,
-              read_bytes / self.span_s if self.span_s > 0 else 0.0)
+              self.rate("cache_hit_bytes") + self.rate("cache_miss_bytes"))
         g.add("pulsar_ml_ReadEntriesSucceeded", f"entries read, {doc}", lt,
               self.delta[_F["entries_read"]])
         g.add("pulsar_ml_NumberOfMessagesInBacklog", "entries not yet acknowledged, over every subscription",
@@ -259,12 +260,15 @@ class _NamespaceTotals:
 
     def emit_cache(self, g: _Families, values: list[str], open_ledgers: int) -> None:
         lt = label_text(["cluster"], values)
-        span = self.span_s
-        per_s = (lambda field: self.delta[_F[field]] / span if span > 0 else 0.0)
-        g.add("pulsar_ml_cache_hits_rate", "entry reads/s served by the entry cache, over the stats window", lt, per_s("cache_hits"))
-        g.add("pulsar_ml_cache_misses_rate", "entry reads/s that went to the bookies, over the stats window", lt, per_s("cache_misses"))
-        g.add("pulsar_ml_cache_hits_throughput", "bytes/s served by the entry cache, over the stats window", lt, per_s("cache_hit_bytes"))
-        g.add("pulsar_ml_cache_misses_throughput", "bytes/s read from the bookies, over the stats window", lt, per_s("cache_miss_bytes"))
+        per_s = self.rate
+        g.add("pulsar_ml_cache_hits_rate", "entry reads/s served by the entry cache, over the stats window", lt,
+              per_s("cache_hits"))
+        g.add("pulsar_ml_cache_misses_rate", "entry reads/s that went to the bookies, over the stats window", lt,
+              per_s("cache_misses"))
+        g.add("pulsar_ml_cache_hits_throughput", "bytes/s served by the entry cache, over the stats window", lt,
+              per_s("cache_hit_bytes"))
+        g.add("pulsar_ml_cache_misses_throughput", "bytes/s read from the bookies, over the stats window", lt,
+              per_s("cache_miss_bytes"))
         g.add("pulsar_ml_cache_evictions", "entries evicted from the entry cache for room, in the stats window",
               lt, self.delta[_F["cache_evictions"]])
         g.add("pulsar_ml_cache_used_size", "bytes of entries held in the entry caches", lt, self.cache_bytes)

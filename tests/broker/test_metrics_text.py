@@ -26,3 +26,26 @@ def test_numbers(value, text):
     g = _Families()
     g.add("x", "doc", "", value)
     assert g.render().decode().splitlines()[-1] == f"x {text}"
+
+
+def test_namespace_rates_sum_each_topics_own_rate():
+    """A topic loaded mid-window has a shorter span: dividing the summed growth by the longest span would
+    understate it; each topic's rate is its growth over its own span."""
+    from types import SimpleNamespace as NS
+
+    from broker.http.metrics import _TOPIC_VECTOR_LEN, _NamespaceTotals
+    from broker.stats_window import TOPIC_FIELDS, Delta
+
+    def delta(span_s, msgs):
+        values = [0.0] * _TOPIC_VECTOR_LEN
+        values[TOPIC_FIELDS.index("entries_added")] = msgs
+        return Delta(span_s, tuple(values))
+
+    topic = NS(ml=NS(total_size=10, config=NS(write_quorum_size=2), cache=NS(size=4)))
+    totals = _NamespaceTotals()
+    totals.add(topic, delta(60.0, 600), [])  # 10/s for the whole window
+    totals.add(topic, delta(5.0, 50), [])  # 10/s since it loaded 5 s ago
+    totals.add(topic, delta(0.0, 0), [])  # loaded since the last sample: no rate yet
+    assert totals.rate("entries_added") == 20.0
+    assert totals.delta[TOPIC_FIELDS.index("entries_added")] == 650  # window counts are plain sums
+    assert (totals.stored, totals.cache_bytes) == (60, 12)
