@@ -72,13 +72,13 @@ def test_metadata_store_forms_refused(value, message):
     ({"defaultRetentionTimeInMinutes": "-1"}, {"default_retention_time_s": -1}),
     ({"defaultRetentionTimeInMinutes": "2"}, {"default_retention_time_s": 120}),
     ({"metadataStoreSessionTimeoutMillis": "2500"}, {"metadata_session_timeout_s": 2.5}),
+    ({"statsUpdateFrequencyInSecs": "30"}, {"stats_update_frequency_s": 30.0}),
     ({"zooKeeperSessionTimeoutMillis": "30000", "metadataStoreSessionTimeoutMillis": "5000"},
      {"metadata_session_timeout_s": 5}),
     ({"zookeeperServers": "zk1:2181", "metadataStoreUrl": "zk:zk2:2181"}, {"metadata_store_url": "zk://zk2:2181"}),
     ({"zookeeperServers": "zk1:2181", "metadataStoreUrl": ""}, {"metadata_store_url": "zk://zk1:2181"}),
     ({"superUserRoles": "admin, ops,,"}, {"super_user_roles": ("admin", "ops")}),
     ({"brokerDeduplicationEnabled": "TRUE"}, {"deduplication_enabled": True}),
-    ({"statsUpdateFrequencyInSecs": "30"}, {"stats_update_frequency_s": 30.0}),
     ({"tokenSecretKey": ""}, {}),  # empty = unset: the default applies
     ({"authenticationEnabled": "true", "authenticationProviders":
       "org.apache.pulsar.broker.authentication.AuthenticationProviderTls, "
