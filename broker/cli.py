@@ -1,8 +1,7 @@
 """Console script `broker`: `broker start` joins a cluster, `broker standalone` runs everything in one process.
 
 Both print one line containing `` ready (`` once they accept clients (scripts
-and tests wait for it); before it, `broker standalone` prints one ``bookie ...
-serving (...)`` line per bookie with its addresses as bound and stop cleanly on SIGINT/SIGTERM. A configuration or
+and tests wait for it) and stop cleanly on SIGINT/SIGTERM. A configuration or
 start-up problem exits with status 2 and a one-line reason on stderr.
 """
 
@@ -35,10 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
         "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker, persisted under --data-dir")
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
-    standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
     standalone.add_argument("--bookie-http-port", type=int, default=8000,
                             help="first bookie's HTTP port (health, Prometheus /metrics); the others follow "
                                  "(default 8000, BookKeeper's prometheusStatsHttpPort; 0: any free ports)")
+    standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
     tokens_cli.add_parser(commands)
     return parser
 
@@ -118,7 +117,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
         elif broker is not None:
             await broker.close()
         return EXIT_REFUSED
-    if standalone is not None:
+    if standalone is not None:  # before the ready line, which scripts wait for: then these are there too
         for line in standalone.bookie_lines(config.advertised_address):
             print(line, flush=True)
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
