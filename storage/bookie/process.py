@@ -72,6 +72,9 @@ class BookieService:
                                  registry=self.registry)
         self._disk_usage_ratio = Gauge("bookie_disk_usage_ratio", "Used fraction of the fullest filesystem holding "
                                        "the journal or ledger dir", registry=self.registry)
+        # BookKeeper's name and meaning, which its dashboards use: 1 writable, 0 read-only.
+        self._server_status = Gauge("bookie_SERVER_STATUS", "1 while the bookie is writable, 0 while read-only",
+                                    registry=self.registry)
 
     @classmethod
     async def start(
@@ -200,6 +203,7 @@ class BookieService:
             self._disk_usage.set(self.bookie.disk_usage_bytes())
         if self.disk_monitor is not None:
             self._disk_usage_ratio.set(self.disk_monitor.last_usage)
+        self._server_status.set(0 if self.read_only else 1)
 
     def info(self) -> dict:
         described = self.registration.describe() if self.registration else {}

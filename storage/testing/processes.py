@@ -281,6 +281,9 @@ class BrokerProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    # Never the default 8000; 0 lets each bookie bind a free port (printed at start), which no other process can
+    # take between choosing and binding. A test of the N, N+1, N+2 layout passes free_port_block(3).
+    bookie_http_port: int = 0
     stream_port: int = field(default_factory=free_port)  # never the default 4181: brokers run side by side
     # When set, clients and peers reach the broker through two proxy links (Pulsar and HTTP), which it
     # advertises as its internal listener; service_url and web_url then name the links.
@@ -335,7 +338,7 @@ class BrokerProcess(ServiceProcess):
         if self.metadata_url is not None:
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), *common]
+                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port), *common]
 
 
 @dataclass
