@@ -29,6 +29,10 @@ def build_app(service) -> web.Application:
     app.add_routes(cluster_routes)
     app.add_routes(compaction_routes)
     app.add_routes(non_persistent_routes)
+    # Imported here: the console's REST module builds on broker.http.admin, which imports this package.
+    from broker.console import routes as console_routes
+
+    app.add_routes(console_routes)
     return app
 
 
