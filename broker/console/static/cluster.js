@@ -40,7 +40,7 @@ function bookieHtml(b) {
   const disk = b.diskTotalBytes ? ` of ${fmtBytes(b.diskTotalBytes)} (${fmtBytes(b.diskFreeBytes)} free)` : "";
   return `<div class="bookie" data-bookie-id="${esc(b.bookieId)}" data-zone="${esc(b.zone || "")}" data-state="${esc(b.state)}">
 <div><strong class="mono">${esc(b.bookieId)}</strong> <span class="badge ${esc(b.state)}">${esc(b.state)}</span>
-${b.stateReason ? `<span class="muted">${esc(b.stateReason)}</span>` : ""}</div>
+${b.state === "readonly" && b.stateReason ? `<span class="muted">${esc(b.stateReason)}</span>` : ""}</div>
 <div class="muted mono">${esc(b.address || "")}</div>
 ${b.state === "down" ? "" : `${meter(b.diskUsage)}<div class="muted">disk ${b.diskUsage == null ? "–" : Math.round(b.diskUsage * 100) + " % used"}${disk}</div>
 <div class="muted">journal fsync p50 ${fmtNum(fsync.p50_ms, 2)} ms, p99 ${fmtNum(fsync.p99_ms, 2)} ms (last ${fmtNum(fsync.count)})

@@ -44,7 +44,7 @@ export function namespaceView(el, params) {
 <label for="namespace">Namespace<select id="namespace"></select></label>
 <label for="filter">Filter topics<input id="filter" type="search" value="${esc(filter)}"></label>
 <button type="button" id="ns-clear-backlog" class="danger">Clear backlog of the namespace</button>
-<button type="button" id="ns-unload" class="danger">Unload the namespace</button></div></section>
+<button type="button" id="ns-unload" class="danger">Unload the namespace</button></div><div id="ns-error"></div></section>
 <section class="panel" aria-labelledby="topics-h"><h3 id="topics-h">Topics in ${esc(ns)}</h3>
 ${endpoint(`GET /admin/magnetar/v1/namespaces/${ns}/topics?offset&limit&filter`)}
 <div class="pager"><button type="button" id="prev">Previous page</button><button type="button" id="next">Next page</button></div>
@@ -93,7 +93,8 @@ ${endpoint(`GET ${base}/bundles · owners from GET /admin/magnetar/v1/brokers`)}
       };
       nSel.onchange = () => { location.hash = `#/topics?ns=${seg(nSel.value)}`; };
     } catch (exc) {
-      document.getElementById("topics").innerHTML = errorBox(exc);
+      const target = document.getElementById("ns-error");
+      if (target) target.innerHTML = errorBox(exc);
     }
   })();
 

@@ -1,0 +1,141 @@
+"""The operator console in a real browser (Debian chromium, headless) against a real `broker standalone`:
+the seed's demo step by step -- bookies in three zones, produce, read the ledger id, unload, see the next
+ledger in the chain, a ledger's fragments, the metadata tree -- and a 1,000-topic namespace that loads in
+under a second. Every test fails on a JavaScript error in the page's console log (conftest.page)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.request
+
+from selenium.webdriver.common.by import By
+
+from storage.testing.waiting import wait_until
+
+STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
+
+
+def open_console(page, standalone, fragment: str) -> None:
+    page.get("about:blank")  # a fresh document each time: no state carried over from the previous page
+    page.get(f"http://127.0.0.1:{standalone.http_port}/console/{fragment}")
+
+
+# Read in one script, so a poll that redraws the page between two WebDriver calls leaves no stale element.
+def texts(page, css: str) -> list[str]:
+    return page.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css)
+
+
+def attrs(page, css: str, name: str) -> list[str]:
+    return page.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]))", css, name)
+
+
+def click_link(page, css: str, text: str | None = None) -> None:
+    """Click a link inside a region the poll redraws (found and clicked in one script)."""
+    clicked = page.execute_script(
+        "const a = [...document.querySelectorAll(arguments[0])].find((e) => arguments[1] === null || "
+        "e.innerText === arguments[1]); if (a) a.click(); return !!a;", css, text)
+    assert clicked, f"no link {css} {text or ''}"
+
+
+def admin(standalone, method: str, path: str):
+    request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        body = answer.read()
+    return json.loads(body) if body else None
+
+
+def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, screenshots):
+    open_console(page, standalone, "#/cluster")
+    ids = wait_until(lambda: len(attrs(page, ".bookie[data-bookie-id]", "data-bookie-id")) == 3
+                     and attrs(page, ".bookie[data-bookie-id]", "data-bookie-id"), 30, "three bookies on the page")
+    zones = dict(zip(ids, attrs(page, ".bookie[data-bookie-id]", "data-zone")))
+    assert zones == STANDALONE_BOOKIES
+    # Grouped by zone: each zone's box holds its one bookie.
+    for zone in ("zone-a", "zone-b", "zone-c"):
+        assert attrs(page, f'div.zone[data-zone="{zone}"] .bookie', "data-bookie-id") == [f"standalone-bookie-{zone[-1]}"]
+    assert set(attrs(page, ".bookie", "data-state")) == {"writable"}
+    assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict") == ["Healthy"]
+    assert "leader" in texts(page, "tr[data-broker-id]")[0]
+    page.save_screenshot(str(screenshots / "cluster.png"))
+
+    # A narrow window: the page reflows instead of scrolling sideways.
+    page.set_window_size(420, 800)
+    try:
+        wait_until(lambda: page.execute_script("return window.innerWidth") <= 420, 10, "the window to narrow")
+        assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        page.save_screenshot(str(screenshots / "cluster-narrow.png"))
+    finally:
+        page.set_window_size(1280, 800)
+
+
+def _ledger_ids(page) -> list[int]:
+    return [int(x) for x in attrs(page, "#chain .ledger", "data-ledger-id")]
+
+
+def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, client, screenshots):
+    producer = client.create_producer("persistent://public/default/test")
+    producer.send(b"hello console, before the unload")
+    open_console(page, standalone, "#/topic/public/default/test")
+    first = wait_until(lambda: _ledger_ids(page), 30, "the topic's ledger chain on the page")
+    assert first == [l["ledgerId"] for l in admin(standalone, "GET", "/admin/v2/persistent/public/default/test/internalStats")["ledgers"]]
+    ledger_id = first[-1]
+    page.save_screenshot(str(screenshots / "topic.png"))
+
+    page.find_element(By.ID, "action-unload").click()
+    dialog = page.find_element(By.ID, "confirm")
+    wait_until(lambda: dialog.get_attribute("open") is not None, 10, "the confirmation dialog")
+    assert "Unload persistent://public/default/test" in page.find_element(By.ID, "confirm-text").text
+    page.find_element(By.ID, "confirm-ok").click()
+    assert "Unload: done" in wait_until(lambda: texts(page, "#toast:not([hidden])"), 30, "the unload's result")[0]
+
+    producer.send(b"hello console, after the unload")  # the client reconnects through lookup, then sends
+    chain = wait_until(lambda: len(_ledger_ids(page)) >= 2 and _ledger_ids(page), 30,
+                       lambda: f"a second ledger in the chain (page shows {_ledger_ids(page)})")
+    assert chain[0] == ledger_id and chain[-1] > ledger_id
+    assert attrs(page, f'#chain .ledger[data-ledger-id="{ledger_id}"]', "data-state") == ["CLOSED"]
+
+    # The first ledger's fragment view: its ensemble's bookie ids, and its first entry readable.
+    click_link(page, f'#chain .ledger[data-ledger-id="{ledger_id}"] a.ledger-link')
+    bookies = wait_until(lambda: attrs(page, "#fragments .chip", "data-bookie-id"), 30, "the ledger's fragments")
+    assert bookies and set(bookies) <= set(STANDALONE_BOOKIES), bookies
+    assert texts(page, "#ledger-state") == ["CLOSED"]
+    page.find_element(By.ID, "read-first").click()
+    text = wait_until(lambda: texts(page, "#entry .entry-utf8"), 30, "the first entry")[0]
+    assert "hello console, before the unload" in text
+    page.save_screenshot(str(screenshots / "ledger.png"))
+
+
+def test_metadata_browser_opens_at_managed_ledgers(page, standalone, client, screenshots):
+    client.create_producer("persistent://public/default/test").send(b"x")
+    open_console(page, standalone, "#/metadata?path=%2Fmanaged-ledgers")
+    children = wait_until(lambda: texts(page, "#children a"), 30, "the children of /managed-ledgers")
+    assert "public" in children
+    assert texts(page, "#crumbs")[0].replace(" ", "") == "//managed-ledgers"
+    for name in ("public", "default", "persistent", "test"):
+        wait_until(lambda: name in texts(page, "#children a"), 30, f"{name} among the children")
+        click_link(page, "#children a", name)
+    data = wait_until(lambda: texts(page, "#node-data") and "ledgers" in texts(page, "#node-data")[0]
+                      and texts(page, "#node-data")[0], 30, "the topic's managed-ledger node")
+    assert json.loads(data)["ledgers"]
+    assert int(texts(page, "#node-version")[0]) >= 0
+    assert texts(page, "#node-ephemeral") == ["persistent"]
+    page.save_screenshot(str(screenshots / "metadata.png"))
+
+
+def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, screenshots):
+    admin(standalone, "PUT", "/admin/v2/namespaces/public/thousand")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: admin(standalone, "PUT", f"/admin/v2/persistent/public/thousand/t-{i:04d}"), range(1000)))
+    open_console(page, standalone, "#/topics?ns=public%2Fthousand")
+    rendered_ms = wait_until(lambda: page.execute_script("return window.consoleTopicsRenderedMs"), 30,
+                             "the first page of topics")
+    assert rendered_ms < 1000, f"the topics page took {rendered_ms:.0f} ms from navigation to its first rows"
+    shown = texts(page, "#view")[0]
+    assert "1,000 topics; showing 1–50" in shown, shown[:2000]
+    assert len(texts(page, "#topics-rows tr")) == 50
+    page.save_screenshot(str(screenshots / "topics.png"))
+    page.find_element(By.ID, "next").click()
+    wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
+    assert texts(page, "#topics-rows tr td a")[0] == "t-0050"
