@@ -98,7 +98,7 @@ def decode_node(data: bytes) -> dict:
     """How a node's bytes read: {"encoding": json|msgpack|utf-8|binary|empty, "value", "size", "truncated"}.
 
     JSON is tried first (most Magnetar nodes), then msgpack (cursor snapshots), where a whole-buffer decode to
-    a map or list counts (a short binary string often decodes as some msgpack scalar by chance); then UTF-8
+    a map or list counts (a short binary string often decodes as some msgpack scalar by chance); then printable UTF-8
     text; else the first bytes in hex. Secrets are redacted in every structured form.
     """
     size = len(data)
@@ -116,9 +116,12 @@ def decode_node(data: bytes) -> dict:
         pass
     shown = data[:MAX_NODE_BYTES_SHOWN]
     try:
-        return {"encoding": "utf-8", "value": shown.decode("utf-8"), "size": size, "truncated": size > len(shown)}
+        text = shown.decode("utf-8")
+        if all(c.isprintable() or c in "\t\n\r" for c in text):  # else bytes that happen to decode
+            return {"encoding": "utf-8", "value": text, "size": size, "truncated": size > len(shown)}
     except UnicodeDecodeError:
-        return {"encoding": "binary", "value": shown[:4096].hex(), "size": size, "truncated": size > 4096}
+        pass
+    return {"encoding": "binary", "value": shown[:4096].hex(), "size": size, "truncated": size > 4096}
 
 
 def check_metadata_path(path: str) -> str:

@@ -1,4 +1,5 @@
-"""The REST endpoints the console reads that Pulsar's admin API has no shape for, under ``/admin/magnetar/v1``.
+"""The operator console on the broker's HTTP server: its static page at ``/console``, and the REST endpoints
+it reads that Pulsar's admin API has no shape for, under ``/admin/magnetar/v1``.
 
 Every one is read-only and declares its permission like any admin route: cluster-wide views (brokers,
 bookies, health, ledgers, entries, the metadata tree) need a superuser, a namespace's or topic's views a
@@ -9,11 +10,12 @@ in broker/console/views.py (pure).
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 from aiohttp import web
 
-from broker.console import views
+from broker.console import STATIC_DIR, views
 from broker.http.admin import SERVICE, BadRequest, _loaded, _ns
 from broker.http.topic_admin import _bookies
 from broker.ownership.resources import NotFoundError
@@ -23,7 +25,29 @@ from storage.metadata import paths
 
 PREFIX = "/admin/magnetar/v1"
 BOOKIE_INFO_TIMEOUT_S = 1.5  # a bookie that does not answer its info in this long shows as unreadable
+_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 routes = web.RouteTableDef()
+
+
+# ---- the page ---------------------------------------------------------------------------------
+
+
+@routes.get("/console")
+@requires(Need.OPEN)
+async def console_root(request):
+    raise web.HTTPFound("/console/")
+
+
+@routes.get("/console/{name:[A-Za-z0-9_.-]*}")
+@requires(Need.OPEN)
+async def console_file(request):
+    """The console's files; only names that exist in static/ (the pattern refuses '/' and so '..')."""
+    name = request.match_info["name"] or "index.html"
+    path = STATIC_DIR / name
+    if name.startswith(".") or path.suffix not in _TYPES or not path.is_file():
+        raise web.HTTPNotFound(text=json.dumps({"reason": f"no console file {name[:80]}"}), content_type="application/json")
+    return web.Response(body=path.read_bytes(), content_type=_TYPES[path.suffix], charset="utf-8",
+                        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 
 
 def _page(request) -> views.Page:
