@@ -153,3 +153,18 @@ def test_metadata_browser_reads_nodes_with_version_ephemeral_flag_and_redaction(
     assert node["data"]["value"]["password"] == "<redacted>" and node["data"]["value"]["ledger_id"] == ledger_id
     paged = ok(standalone, f"{V1}/metadata?path=/ledgers/available&limit=1")
     assert paged["childrenTotal"] >= 3 and len(paged["children"]) == 1
+
+
+@pytest.mark.parametrize("anonymous_role, allowed", [("anon", False), ("root", True)])
+def test_with_authorization_on_the_page_is_open_and_its_data_needs_the_role(start_standalone, anonymous_role, allowed):
+    broker = start_standalone(env={"MAGNETAR_BROKER_AUTHORIZATION_ENABLED": "true",
+                                   "MAGNETAR_BROKER_ANONYMOUS_USER_ROLE": anonymous_role,
+                                   "MAGNETAR_BROKER_SUPER_USER_ROLES": "root"})
+    assert http(broker, "/console/")[0] == 200 and http(broker, "/console/app.js")[0] == 200
+    for path in (f"{V1}/bookies", f"{V1}/health", f"{V1}/brokers", f"{V1}/metadata?path=/",
+                 f"{V1}/namespaces/public/default/topics"):
+        status, doc, _ = http(broker, path)
+        assert status == (200 if allowed else 403), (path, status, doc)
+    # The console's actions are the admin routes themselves: refused alike, and nothing changes.
+    status, _, _ = http(broker, "/admin/v2/persistent/public/default/guarded/subscription/s", "PUT")
+    assert status == (204 if allowed else 403)

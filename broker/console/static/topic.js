@@ -23,7 +23,7 @@ function subscriptionsHtml(stats, internal) {
 <td class="mono">${esc(c.markDeletePosition || "–")}</td><td class="mono hide-narrow">${esc(c.readPosition || "–")}</td>
 <td class="num">${fmtNum(c.totalNonContiguousDeletedMessagesRange)}</td><td class="num">${fmtNum(consumers)}</td>
 <td><button type="button" data-sub="${esc(name)}" data-act="clear">Clear backlog</button>
-<button type="button" data-sub="${esc(name)}" data-act="reset">Reset cursor…</button>
+<button type="button" data-sub="${esc(name)}" data-act="reset">Reset cursor</button>
 <button type="button" data-sub="${esc(name)}" data-act="delete" class="danger">Delete</button></td></tr>`;
   });
   return `<table><thead><tr><th>Subscription</th><th>Type</th><th class="num">Backlog</th><th class="num">Unacked</th>
@@ -68,6 +68,8 @@ ${card("messages in (total)", "–", "msg-in")}${card("messages out (total)", "�
 <label for="new-sub">New subscription<input id="new-sub" maxlength="200"></label>
 <button type="button" id="action-create-sub">Create subscription</button></div></section>
 <section class="panel" aria-labelledby="subs-h"><h3 id="subs-h">Subscriptions</h3>${endpoint(`GET ${base}/stats · GET ${base}/internalStats`)}
+<div class="actions"><label for="reset-minutes">“Reset cursor” goes back this many minutes
+<input id="reset-minutes" type="number" min="0" max="100000" step="1" value="10"></label></div>
 <div id="subs">loading…</div></section>
 <section class="panel" aria-labelledby="storage-h"><h3 id="storage-h">Storage: the managed ledger's chain of ledgers</h3>
 ${endpoint(`GET ${ledgers}`)}<div id="ledgers">loading…</div></section>`;
@@ -100,8 +102,9 @@ ${endpoint(`GET ${ledgers}`)}<div id="ledgers">loading…</div></section>`;
       act({ title: "Delete subscription", method: "DELETE", path,
         text: `Delete subscription ${sub}? Its cursor and backlog are dropped.`, onDone: refreshSoon });
     } else {
-      const minutes = Number(window.prompt(`Reset ${sub} to how many minutes ago?`, "10"));
-      if (!Number.isFinite(minutes) || minutes < 0) return;
+      const input = document.getElementById("reset-minutes");
+      const minutes = Number(input.value);
+      if (!input.value || !Number.isFinite(minutes) || minutes < 0 || minutes > 100000) { input.focus(); return; }
       const ts = Date.now() - Math.round(minutes * 60000);
       act({ title: "Reset cursor", method: "POST", path: `${path}/resetcursor/${ts}`,
         text: `Reset ${sub} to the first message published after ${fmtTime(ts)}?`, onDone: refreshSoon });
