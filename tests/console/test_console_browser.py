@@ -39,6 +39,17 @@ def click_link(page, css: str, text: str | None = None) -> None:
     assert clicked, f"no link {css} {text or ''}"
 
 
+def shot(page, screenshots, name: str) -> None:
+    """A screenshot of the whole page at 1280 wide (the window grows to the page's height, then goes back)."""
+    for _ in range(2):  # the second look measures at the new width's own layout
+        height = page.execute_script("return document.documentElement.scrollHeight")
+        page.set_window_size(1280, min(max(height + 120, 800), 2400))
+    try:
+        page.save_screenshot(str(screenshots / f"{name}.png"))
+    finally:
+        page.set_window_size(1280, 800)
+
+
 def admin(standalone, method: str, path: str):
     request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", method=method)
     with urllib.request.urlopen(request, timeout=30) as answer:
@@ -58,7 +69,7 @@ def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, s
     assert set(attrs(page, ".bookie", "data-state")) == {"writable"}
     assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict") == ["Healthy"]
     assert "leader" in texts(page, "tr[data-broker-id]")[0]
-    page.save_screenshot(str(screenshots / "cluster.png"))
+    shot(page, screenshots, "cluster")
 
     # A narrow window: the page reflows instead of scrolling sideways.
     page.set_window_size(420, 800)
@@ -81,7 +92,6 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     first = wait_until(lambda: _ledger_ids(page), 30, "the topic's ledger chain on the page")
     assert first == [l["ledgerId"] for l in admin(standalone, "GET", "/admin/v2/persistent/public/default/test/internalStats")["ledgers"]]
     ledger_id = first[-1]
-    page.save_screenshot(str(screenshots / "topic.png"))
 
     # An action asks first: cancelled, nothing happens; confirmed, it is done and the page shows it.
     page.find_element(By.ID, "new-sub").send_keys("from-the-console")
@@ -108,7 +118,12 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     chain = wait_until(lambda: len(_ledger_ids(page)) >= 2 and _ledger_ids(page), 30,
                        lambda: f"a second ledger in the chain (page shows {_ledger_ids(page)})")
     assert chain[0] == ledger_id and chain[-1] > ledger_id
+    # The message sent after the unload is the new ledger's first entry, and the page shows it there.
+    assert admin(standalone, "GET", "/admin/v2/persistent/public/default/test/lastMessageId")["ledgerId"] == chain[-1]
+    wait_until(lambda: attrs(page, f'#chain .ledger[data-ledger-id="{chain[-1]}"]', "data-entries") == ["1"], 30,
+               "the new ledger's entry on the page")
     assert attrs(page, f'#chain .ledger[data-ledger-id="{ledger_id}"]', "data-state") == ["CLOSED"]
+    shot(page, screenshots, "topic")
 
     # The first ledger's fragment view: its ensemble's bookie ids, and its first entry readable.
     click_link(page, f'#chain .ledger[data-ledger-id="{ledger_id}"] a.ledger-link')
@@ -118,7 +133,7 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     page.find_element(By.ID, "read-first").click()
     text = wait_until(lambda: texts(page, "#entry .entry-utf8"), 30, "the first entry")[0]
     assert "hello console, before the unload" in text
-    page.save_screenshot(str(screenshots / "ledger.png"))
+    shot(page, screenshots, "ledger")
 
 
 def test_metadata_browser_opens_at_managed_ledgers(page, standalone, client, screenshots):
@@ -135,7 +150,7 @@ def test_metadata_browser_opens_at_managed_ledgers(page, standalone, client, scr
     assert json.loads(data)["ledgers"]
     assert int(texts(page, "#node-version")[0]) >= 0
     assert texts(page, "#node-ephemeral") == ["persistent"]
-    page.save_screenshot(str(screenshots / "metadata.png"))
+    shot(page, screenshots, "metadata")
 
 
 def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, screenshots):
@@ -154,7 +169,7 @@ def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, sc
     shown = texts(page, "#view")[0]
     assert "1,000 topics; showing 1–50" in shown, shown[:2000]
     assert len(texts(page, "#topics-rows tr")) == 50
-    page.save_screenshot(str(screenshots / "topics.png"))
+    shot(page, screenshots, "topics")
     page.find_element(By.ID, "next").click()
     wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
     assert texts(page, "#topics-rows tr td a")[0] == "t-0050"

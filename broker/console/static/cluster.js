@@ -59,7 +59,7 @@ function bookiesHtml(doc) {
     uds.get(ud).push(b);
   }
   const cards = [...zones].map(([zone, uds]) => `<div class="zone ${zoneClass(zone)}" data-zone="${esc(zone)}">
-<h3>Zone ${esc(zone)}</h3>${[...uds].map(([ud, list]) =>
+<h3>${esc(zone)} <span class="muted">(zone)</span></h3>${[...uds].map(([ud, list]) =>
     `<h4 class="muted">upgrade domain ${esc(ud)}</h4>${list.map(bookieHtml).join("")}`).join("")}</div>`);
   return `<div class="zones">${cards.join("") || '<p class="muted">no bookie is registered</p>'}</div>`;
 }

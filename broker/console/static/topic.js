@@ -38,7 +38,7 @@ function chainHtml(doc) {
     const last = md && md.fragments.length ? md.fragments[md.fragments.length - 1] : null;
     const rule = !md ? "" : md.meetsZoneRule
       ? '<span class="ok">zone rule met</span>' : '<span class="bad">zone rule NOT met</span>';
-    return `<div class="ledger" data-ledger-id="${l.ledgerId}" data-state="${esc(md ? md.state : "deleted")}">
+    return `<div class="ledger" data-ledger-id="${l.ledgerId}" data-entries="${l.entries}" data-state="${esc(md ? md.state : "deleted")}">
 <div><a class="ledger-link" href="#/ledger/${l.ledgerId}">ledger ${l.ledgerId}</a>
 <span class="badge ${md && md.state === "CLOSED" ? "" : "green"}">${esc(md ? md.state : "no metadata")}</span></div>
 <div class="muted">${fmtNum(l.entries)} entries · ${fmtBytes(l.size)} · ${md ? md.fragments.length : 0} fragment(s)</div>
