@@ -34,7 +34,8 @@ ${Object.keys(md.customMetadata || {}).length ? `<h3>Custom metadata</h3><pre>${
 function entryHtml(e) {
   return `<p>entry <strong class="mono">${e.entryId}</strong> of ${e.ledgerId} (last add confirmed ${e.lastAddConfirmed}),
 ${fmtNum(e.size)} bytes${e.truncated ? ", the first 4 KiB shown" : ""}</p>
-<h4>UTF-8${e.utf8Valid ? "" : " (bytes that are not UTF-8 shown as �)"}</h4><pre class="entry-utf8">${esc(e.utf8)}</pre>
+<h4>UTF-8${e.utf8Valid ? "" : " (bytes that are not UTF-8 shown as �)"}, control characters as ·</h4>
+<pre class="entry-utf8">${esc(e.utf8.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, "·"))}</pre>
 <h4>Hex</h4><pre class="entry-hex">${esc(hexDump(e.hex))}</pre>`;
 }
 
