@@ -234,7 +234,8 @@ def bookie_rows(registered: Iterable[dict], cookies: Iterable[str], infos: Mappi
     return sorted(rows, key=lambda r: (r.get("zone") or "~", r.get("upgradeDomain") or "", r["bookieId"]))
 
 
-def health_findings(bookies: list[dict], brokers: list[dict], leader: str | None, ensemble_size: int) -> list[dict]:
+def health_findings(bookies: list[dict], brokers: list[dict], leader: str | None, ensemble_size: int,
+                    under_replicated: int = 0) -> list[dict]:
     """Red and amber states with the reason in words: [{"level": "red"|"amber", "subject", "reason"}]."""
     out: list[dict] = []
 
@@ -263,6 +264,9 @@ def health_findings(bookies: list[dict], brokers: list[dict], leader: str | None
         fsync = b.get("journalFsyncLatency") or {}
         if fsync.get("p99_ms") is not None and fsync["p99_ms"] >= FSYNC_P99_AMBER_MS:
             add("amber", who, f"journal fsync p99 {fsync['p99_ms']:.0f} ms over the last {fsync['count']} syncs")
+    if under_replicated:
+        add("amber", "ledgers", f"{under_replicated} ledger{'s are' if under_replicated != 1 else ' is'} "
+            "under-replicated: autorecovery copies their fragments to other bookies")
     if not brokers:
         add("red", "brokers", "no broker is registered")
     if brokers and leader is None:

@@ -20,11 +20,13 @@ from broker.http.admin import SERVICE, BadRequest, _loaded, _ns
 from broker.http.topic_admin import _bookies
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
+from storage.autorecovery.underreplication import UnderReplication
 from storage.errors import NoNodeError, NoSuchEntryError, NoSuchLedgerError, StorageError
 from storage.metadata import paths
 
 PREFIX = "/admin/magnetar/v1"
 BOOKIE_INFO_TIMEOUT_S = 1.5  # a bookie that does not answer its info in this long shows as unreadable
+UNDER_REPLICATED_SHOWN = 100  # marks read and listed; the count covers them all
 _TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 routes = web.RouteTableDef()
 
@@ -117,12 +119,29 @@ async def _bookie_rows(service) -> list[dict]:
     return views.bookie_rows(registered, cookies, {r["bookieId"]: i for r, i in zip(registered, infos)})
 
 
+async def _under_replicated(service) -> dict:
+    """The autorecovery auditor's marks: how many ledgers are under-replicated, and the first ones with why."""
+    marks = UnderReplication(service.store)
+    ids = await marks.list()
+    shown = []
+    for ledger_id in ids[:UNDER_REPLICATED_SHOWN]:
+        found = await marks.get(ledger_id)
+        if found is not None:
+            mark = found[0]
+            shown.append({"ledgerId": ledger_id, "missing": sorted(mark.missing), "replace": sorted(mark.replace),
+                          "check": mark.check})
+    return {"count": len(ids), "ledgers": shown}
+
+
 @routes.get(PREFIX + "/bookies")
 @requires(Need.SUPERUSER)
 async def bookies(request):
     """Every bookie with a registration or a cookie: zone, upgrade domain, writable/readonly/down, disk use and
-    recent journal fsync latency (from the bookie's own /api/v1/bookie/info)."""
-    return web.json_response({"bookies": await _bookie_rows(request.app[SERVICE])})
+    recent journal fsync latency (from the bookie's own /api/v1/bookie/info); and the under-replicated ledgers
+    autorecovery's auditor has marked."""
+    service = request.app[SERVICE]
+    rows, marked = await asyncio.gather(_bookie_rows(service), _under_replicated(service))
+    return web.json_response({"bookies": rows, "underReplicated": marked})
 
 
 @routes.get(PREFIX + "/health")
@@ -130,8 +149,10 @@ async def bookies(request):
 async def health(request):
     """{"status": green|amber|red, "findings": [{"level", "subject", "reason"}]}."""
     service = request.app[SERVICE]
-    rows, brokers_, leader = await asyncio.gather(_bookie_rows(service), _brokers(service), _leader(service))
-    findings = views.health_findings(rows, brokers_, leader, service.config.managed_ledger_ensemble_size)
+    rows, brokers_, leader, marked = await asyncio.gather(_bookie_rows(service), _brokers(service), _leader(service),
+                                                          _under_replicated(service))
+    findings = views.health_findings(rows, brokers_, leader, service.config.managed_ledger_ensemble_size,
+                                     under_replicated=marked["count"])
     if service.ownership is not None and not service.ownership.writable:
         findings.insert(0, {"level": "red", "subject": f"broker {service.config.broker_id}",
                             "reason": "its metadata session is being re-established: no ownership changes"})

@@ -96,7 +96,9 @@ def test_ledgers_entries_and_bookies_after_producing(standalone, client, topic):
     status, doc, _ = http(standalone, f"{V1}/ledgers/{ledger['ledgerId']}/entries/{10**6}")
     assert status == 404 and "past ledger" in doc["reason"]
 
-    bookies = {b["bookieId"]: b for b in ok(standalone, f"{V1}/bookies")["bookies"]}
+    doc = ok(standalone, f"{V1}/bookies")
+    assert doc["underReplicated"] == {"count": 0, "ledgers": []}
+    bookies = {b["bookieId"]: b for b in doc["bookies"]}
     assert {b: r["zone"] for b, r in bookies.items()} == {f"standalone-bookie-{z}": f"zone-{z}" for z in "abc"}
     for b in ensemble:
         row = bookies[b["bookieId"]]

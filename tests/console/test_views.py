@@ -194,6 +194,13 @@ def test_health_findings(bookies, brokers, leader, expected):
                                             "red" if any(e[0] == "red" for e in expected) else "amber")
 
 
+def test_under_replicated_ledgers_are_amber():
+    rows = views.bookie_rows([_reg("b1", "a"), _reg("b2", "b")], ["b1", "b2"], {"b1": _info(), "b2": _info()})
+    findings = views.health_findings(rows, BROKERS, "b:1", ensemble_size=2, under_replicated=3)
+    assert findings == [{"level": "amber", "subject": "ledgers",
+                         "reason": "3 ledgers are under-replicated: autorecovery copies their fragments to other bookies"}]
+
+
 def test_a_down_bookie_is_amber_with_its_reason():
     rows = views.bookie_rows([_reg("b1", "a"), _reg("b2", "b")], ["b1", "b2", "b3"], {"b1": _info(), "b2": _info()})
     findings = views.health_findings(rows, BROKERS, "b:1", ensemble_size=2)

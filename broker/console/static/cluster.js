@@ -61,7 +61,14 @@ function bookiesHtml(doc) {
   const cards = [...zones].map(([zone, uds]) => `<div class="zone ${zoneClass(zone)}" data-zone="${esc(zone)}">
 <h3>${esc(zone)} <span class="muted">(zone)</span></h3>${[...uds].map(([ud, list]) =>
     `<h4 class="muted">upgrade domain ${esc(ud)}</h4>${list.map(bookieHtml).join("")}`).join("")}</div>`);
-  return `<div class="zones">${cards.join("") || '<p class="muted">no bookie is registered</p>'}</div>`;
+  const marked = doc.underReplicated || { count: 0, ledgers: [] };
+  const under = marked.count
+    ? `<h3>Under-replicated ledgers <span class="badge amber" id="under-replicated">${fmtNum(marked.count)}</span></h3>
+<table><thead><tr><th>Ledger</th><th>Missing from</th><th>To replace</th></tr></thead><tbody>${marked.ledgers.map((l) =>
+      `<tr><td><a href="#/ledger/${l.ledgerId}">${l.ledgerId}</a></td><td class="mono">${esc(l.missing.join(", ") || "–")}</td>
+<td class="mono">${esc(l.replace.join(", ") || (l.check ? "(check)" : "–"))}</td></tr>`).join("")}</tbody></table>`
+    : '<p class="muted" id="under-replicated">no under-replicated ledger</p>';
+  return `<div class="zones">${cards.join("") || '<p class="muted">no bookie is registered</p>'}</div>${under}`;
 }
 
 export function clusterView(el) {
