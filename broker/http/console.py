@@ -47,7 +47,8 @@ async def console_file(request):
     name = request.match_info["name"] or "index.html"
     path = STATIC_DIR / name
     if name.startswith(".") or path.suffix not in _TYPES or not path.is_file():
-        raise web.HTTPNotFound(text=json.dumps({"reason": f"no console file {name[:80]}"}), content_type="application/json")
+        raise web.HTTPNotFound(text=json.dumps({"reason": f"no console file {name[:80]}"}),
+                               content_type="application/json")
     return web.Response(body=path.read_bytes(), content_type=_TYPES[path.suffix], charset="utf-8",
                         headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 

@@ -58,6 +58,7 @@ def test_a_stopped_bookie_is_down_and_marked_ledgers_are_amber(start_bookies, tm
         node = get(broker, f"{V1}/metadata?path=/ledgers/available/{live}")
         assert node["ephemeral"] and node["ephemeralOwner"] != "0x0" and node["data"]["value"]["bookie_id"] == live
         cookies = get(broker, f"{V1}/metadata?path=/ledgers/cookies")
-        assert victim in cookies["children"] and not get(broker, f"{V1}/metadata?path=/ledgers/cookies/{victim}")["ephemeral"]
+        assert victim in cookies["children"]
+        assert not get(broker, f"{V1}/metadata?path=/ledgers/cookies/{victim}")["ephemeral"]
     finally:
         broker.stop()

@@ -183,7 +183,8 @@ BROKERS = [{"brokerId": "b:1"}]
       ("amber", "brokers", "no load-balancer leader")]),
     (_rows(("b1", "a", "writable", _info()), ("b2", "b", "writable", _info()), ("b3", "c", "writable", "refused")),
      [], None,
-     [("amber", "bookie b3", "its HTTP info could not be read: refused"), ("red", "brokers", "no broker is registered")]),
+     [("amber", "bookie b3", "its HTTP info could not be read: refused"),
+      ("red", "brokers", "no broker is registered")]),
 ])
 def test_health_findings(bookies, brokers, leader, expected):
     findings = views.health_findings(bookies, brokers, leader, ensemble_size=2)
@@ -197,11 +198,12 @@ def test_health_findings(bookies, brokers, leader, expected):
 def test_under_replicated_ledgers_are_amber():
     rows = views.bookie_rows([_reg("b1", "a"), _reg("b2", "b")], ["b1", "b2"], {"b1": _info(), "b2": _info()})
     findings = views.health_findings(rows, BROKERS, "b:1", ensemble_size=2, under_replicated=3)
-    assert findings == [{"level": "amber", "subject": "ledgers",
-                         "reason": "3 ledgers are under-replicated: autorecovery copies their fragments to other bookies"}]
+    assert findings == [{"level": "amber", "subject": "ledgers", "reason":
+                         "3 ledgers are under-replicated: autorecovery copies their fragments to other bookies"}]
 
 
 def test_a_down_bookie_is_amber_with_its_reason():
     rows = views.bookie_rows([_reg("b1", "a"), _reg("b2", "b")], ["b1", "b2", "b3"], {"b1": _info(), "b2": _info()})
     findings = views.health_findings(rows, BROKERS, "b:1", ensemble_size=2)
-    assert findings == [{"level": "amber", "subject": "bookie b3", "reason": "down: registered no more (its cookie remains)"}]
+    assert findings == [{"level": "amber", "subject": "bookie b3",
+                         "reason": "down: registered no more (its cookie remains)"}]
