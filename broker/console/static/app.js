@@ -30,6 +30,10 @@ async function tick(mine) {
       document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
       document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
     }
+  } catch (exc) {
+    // A view reports its own request failures in place; anything else is a bug: shown here and logged.
+    document.getElementById("updated").textContent = `refresh failed: ${exc.message || exc}`;
+    console.error("console refresh failed", exc);
   } finally {
     if (mine === generation) timer = setTimeout(() => tick(mine), POLL_MS);
   }
