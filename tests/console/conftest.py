@@ -46,13 +46,26 @@ def browser():
     shutil.rmtree(profile, ignore_errors=True)
 
 
+# Form controls without a label or accessible name, and buttons or links without text, on the current page.
+UNNAMED = """return [...document.querySelectorAll("input, select, textarea, button, a[href]")]
+  .filter((e) => e.offsetParent !== null || e.closest("dialog[open]"))
+  .filter((e) => ["INPUT", "SELECT", "TEXTAREA"].includes(e.tagName)
+    ? !(e.labels && e.labels.length) && !e.getAttribute("aria-label")
+    : !e.innerText.trim() && !e.getAttribute("aria-label"))
+  .map((e) => e.outerHTML.slice(0, 120));"""
+
+
 @pytest.fixture
 def page(browser):
-    """The shared browser, its console log drained before the test and checked for JS errors after it."""
+    """The shared browser, its console log drained before the test; after it, the log is checked for JS errors
+    and the page it ended on for unlabelled controls."""
     browser.get_log("browser")
     yield browser
     errors = js_errors(browser.get_log("browser"))
     assert not errors, f"the console logged JavaScript errors: {errors}"
+    if browser.current_url.startswith("http"):
+        unnamed = browser.execute_script(UNNAMED)
+        assert not unnamed, f"controls without a label or name: {unnamed}"
 
 
 @pytest.fixture(scope="session")
