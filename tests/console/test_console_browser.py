@@ -33,10 +33,10 @@ def attrs(page, css: str, name: str) -> list[str]:
 
 def click_link(page, css: str, text: str | None = None) -> None:
     """Click a link inside a region the poll redraws (found and clicked in one script)."""
-    clicked = page.execute_script(
+    wait_until(lambda: page.execute_script(
         "const a = [...document.querySelectorAll(arguments[0])].find((e) => arguments[1] === null || "
-        "e.innerText === arguments[1]); if (a) a.click(); return !!a;", css, text)
-    assert clicked, f"no link {css} {text or ''}"
+        "e.innerText === arguments[1]); if (a) a.click(); return !!a;", css, text), 15,
+        lambda: f"{css} {text or ''} on the page (it shows: {texts(page, '#view')[0][-600:]!r})")
 
 
 def shot(page, screenshots, name: str) -> None:
@@ -137,6 +137,18 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     assert "hello console, before the unload" in text
     shot(page, screenshots, "ledger")
 
+    # A row's action: the subscription's backlog (the message sent after the unload) is cleared. (Last: with
+    # nothing left to read in it, the first ledger may then leave the chain.)
+    open_console(page, standalone, "#/topic/public/default/test")
+    wait_until(lambda: texts(page, 'tr[data-subscription="from-the-console"] td.num')[:1] == ["1"], 30,
+               "a backlog of one on the page")
+    click_link(page, 'button[data-sub="from-the-console"][data-act="clear"]')
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-ok").click()
+    wait_until(lambda: any(t.startswith("Clear backlog: done") for t in texts(page, "#toast")), 30, "the clear's result")
+    stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/test/stats")
+    assert stats["subscriptions"]["from-the-console"]["msgBacklog"] == 0
+
 
 def test_metadata_browser_opens_at_managed_ledgers(page, standalone, client, screenshots):
     client.create_producer("persistent://public/default/test").send(b"x")
@@ -173,6 +185,12 @@ def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, sc
     assert "1,000 topics; showing 1–50" in shown, shown[:2000]
     assert len(texts(page, "#topics-rows tr")) == 50
     shot(page, screenshots, "topics")
+    # A refused action says why: no broker owns these bundles (their topics were unloaded), so none can split one.
+    click_link(page, 'button[data-act="split"]')
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-ok").click()
+    refused = wait_until(lambda: [t for t in texts(page, "#toast") if t.startswith("Split bundle:")], 30, "the result")
+    assert refused[0].startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused[0], refused
     page.find_element(By.ID, "next").click()
     wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
     assert texts(page, "#topics-rows tr td a")[0] == "t-0050"
