@@ -54,7 +54,7 @@ def test_out_of_bounds_input_gets_a_specific_400(standalone, path, complaint):
 @pytest.mark.parametrize("path, complaint", [
     (f"{V1}/ledgers/987654321", "ledger 987654321 does not exist"),
     (f"{V1}/metadata?path=/no/such/node", "no metadata node /no/such/node"),
-    (f"{V1}/namespaces/public/nowhere/topics", ""),
+    (f"{V1}/namespaces/public/nowhere/topics", "namespace public/nowhere does not exist"),
     (f"{V1}/persistent/public/default/never-made/ledgers", "does not exist"),
 ])
 def test_missing_things_are_404(standalone, path, complaint):
