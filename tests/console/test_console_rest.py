@@ -108,7 +108,11 @@ def test_ledgers_entries_and_bookies_after_producing(standalone, client, topic):
 
 
 def test_health_names_a_read_only_bookie(standalone):
-    assert ok(standalone, f"{V1}/health") == {"status": "green", "findings": []}
+    # Not "green" outright: on a busy shared machine a slow fsync or a full disk may be amber too.
+    def about_c(health):
+        return [f for f in health["findings"] if f["subject"] == "bookie standalone-bookie-c"]
+
+    assert about_c(ok(standalone, f"{V1}/health")) == []
     bookie = next(b for b in ok(standalone, f"{V1}/bookies")["bookies"] if b["bookieId"] == "standalone-bookie-c")
     switch = f"http://{bookie['httpAddress']}/api/v1/bookie/state/readonly"
 
@@ -118,16 +122,16 @@ def test_health_names_a_read_only_bookie(standalone):
 
     set_read_only(True)
     try:
-        health = wait_until(lambda: (h := ok(standalone, f"{V1}/health"))["status"] != "green" and h, 30,
-                            "the health to turn amber")
-        assert health["status"] == "amber"
-        mine = [f for f in health["findings"] if f["subject"] == "bookie standalone-bookie-c"]
+        health = wait_until(lambda: (h := ok(standalone, f"{V1}/health")) and about_c(h) and h, 30,
+                            "a finding about the read-only bookie")
+        assert health["status"] in ("amber", "red")
+        mine = about_c(health)
         assert [f["level"] for f in mine] == ["amber"] and mine[0]["reason"].startswith("read-only"), health
         rows = {b["bookieId"]: b["state"] for b in ok(standalone, f"{V1}/bookies")["bookies"]}
         assert rows["standalone-bookie-c"] == "readonly"
     finally:
         set_read_only(None)
-    wait_until(lambda: ok(standalone, f"{V1}/health")["status"] == "green", 30, "the health to turn green again")
+    wait_until(lambda: about_c(ok(standalone, f"{V1}/health")) == [], 30, "the finding to go away")
 
 
 def test_topic_list_pages_and_filters_without_loading(standalone):
