@@ -110,7 +110,9 @@ ${endpoint(`GET ${base}/bundles · owners from GET /admin/magnetar/v1/brokers`)}
         replace(target, errorBox(exc));
       }
       try {
-        const [bundles, brokers] = await Promise.all([get(`${base}/bundles`), get("/admin/magnetar/v1/brokers")]);
+        // Owners need a superuser; a tenant admin still sees the bundles, with owners unknown.
+        const [bundles, brokers] = await Promise.all([get(`${base}/bundles`),
+          get("/admin/magnetar/v1/brokers").catch(() => ({ brokers: [] }))]);
         const owners = new Map();
         for (const b of brokers.brokers) for (const x of b.bundles || []) owners.set(x, b.brokerId);
         replace(document.getElementById("bundles"), bundlesHtml(bundles, owners, ns));
