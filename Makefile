@@ -18,12 +18,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # ZooKeeper (the real-ZooKeeper test tier) and nats-server (the peer in `bench peers`) from Debian packages;
-# openssl writes the htpasswd lines the authentication tests check (an implementation independent of ours).
+# openssl writes the htpasswd lines the authentication tests check (an implementation independent of ours);
+# chromium and chromium-driver run the console's browser tests (tests/console).
 zookeeper:
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || missing="$$missing nats-server"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
