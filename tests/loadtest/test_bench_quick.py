@@ -32,7 +32,14 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
     for run in ("throughput_1k", "throughput_64k"):
         assert r[run]["entries_per_s"] > 0 and r[run]["mb_per_s"] > 0
         assert 0 < r[run]["add_p50_ms"] <= r[run]["add_p99_ms"] <= r[run]["add_max_ms"]
-    assert r["steady_1000_per_s"]["entries"] == 3000 and r["steady_1000_per_s"]["add_p99_ms"] > 0
+    for steady in ("steady_1000_per_s", "steady_1000_per_s_flush_when_empty"):
+        assert r[steady]["entries"] == 3000 and r[steady]["add_p99_ms"] > 0 and len(r[steady]["round_p99_ms"]) == 2
+    assert [int(w) for w in r["window_1k"]] == r["config"]["windows"] == [1, 16, 128, 1024]
+    for w, x in r["window_1k"].items():
+        assert x["window"] == int(w) and x["littles_law_ms"] == int(w) / x["entries_per_s"] * 1000
+    assert r["throughput_1k"] == r["window_1k"]["1024"]
+    assert r["simpletest_1k"]["entries"] == 1000 and r["simpletest_1k"]["window"] == 1000
+    assert r["simpletest_to_sustained"] == r["simpletest_1k"]["entries_per_s"] / r["throughput_1k"]["entries_per_s"]
     assert r["disk_64k"]["mb_per_s"] > 0 and r["physical_limit_64k_mb_per_s"] > 0
     assert r["ratio_64k_to_physical"] == r["throughput_64k"]["mb_per_s"] / r["physical_limit_64k_mb_per_s"]
     assert r["ratio_64k_to_sequential_limit"] == r["throughput_64k"]["mb_per_s"] / r["sequential_limit_mb_per_s"]
