@@ -105,15 +105,12 @@ def encode_record_parts(record: JournalRecord) -> tuple[bytes, bytes]:
     The writer hands both parts to one writev, so a 64 KiB entry reaches the
     kernel without being concatenated into a record and then into a group.
     """
-    if record.kind == ADD:
-        head = _KIND_LEDGER.pack(record.kind, record.ledger_id) + _ENTRY.pack(record.entry_id)
-        data = record.data
-    elif record.kind == FENCE:
-        head, data = _KIND_LEDGER.pack(record.kind, record.ledger_id), b""
-    elif record.kind == MASTER_KEY:
-        head, data = _KIND_LEDGER.pack(record.kind, record.ledger_id), record.data
-    else:
+    if record.kind not in (ADD, FENCE, MASTER_KEY):
         raise ValueError(f"unknown journal record type {record.kind}")
+    head = _KIND_LEDGER.pack(record.kind, record.ledger_id)
+    if record.kind == ADD:
+        head += _ENTRY.pack(record.entry_id)
+    data = b"" if record.kind == FENCE else record.data
     return _FRAME.pack(len(head) + len(data), crc32c(data, crc32c(head))) + head, data
 
 
@@ -121,8 +118,7 @@ def encode_record(record: JournalRecord) -> bytes:
     return b"".join(encode_record_parts(record))
 
 
-# writev takes at most this many buffers per call (the kernel's UIO_MAXIOV is 1024 on Linux)
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
+IOV_MAX = 1024  # buffers per writev call: Linux's UIO_MAXIOV
 
 
 def write_all(fd: int, chunks: list[bytes], writev: Callable[[int, list], int] = os.writev,
