@@ -196,7 +196,9 @@ def _ledger(r: dict) -> list[str]:
          f"physical {_n(r['physical_limit_64k_mb_per_s'], 1)} MB/s: ratio {r['ratio_64k_to_physical']:.2f}"],
         ["steady 1,000/s of 1 KiB (open loop), bookie defaults", f"p99 {_n(r['steady_1000_per_s']['add_p99_ms'], 2)} ms",
          f"p50 {_n(r['steady_1000_per_s']['add_p50_ms'], 2)} ms",
-         f"disk fdatasync of 1 KiB p50 {_n(r['disk_1k']['fsync_p50_ms'], 2)} / p99 {_n(r['disk_1k']['fsync_p99_ms'], 2)} ms"],
+         f"disk fdatasync of 1 KiB p50 {_n(r['disk_1k']['fsync_p50_ms'], 2)} / p99 {_n(r['disk_1k']['fsync_p99_ms'], 2)} ms"
+         + (f"; the generator sent late by p50 {_n(r['steady_1000_per_s']['send_lateness_p50_ms'], 2)} ms"
+            if "send_lateness_p50_ms" in r["steady_1000_per_s"] else "")],
     ]
     if "steady_1000_per_s_flush_when_empty" in r:
         e = r["steady_1000_per_s_flush_when_empty"]

@@ -34,6 +34,7 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
         assert 0 < r[run]["add_p50_ms"] <= r[run]["add_p99_ms"] <= r[run]["add_max_ms"]
     for steady in ("steady_1000_per_s", "steady_1000_per_s_flush_when_empty"):
         assert r[steady]["entries"] == 3000 and r[steady]["add_p99_ms"] > 0 and len(r[steady]["round_p99_ms"]) == 2
+        assert 0 <= r[steady]["send_lateness_p50_ms"] <= r[steady]["send_lateness_p99_ms"]
     assert [int(w) for w in r["window_1k"]] == r["config"]["windows"] == [1, 16, 128, 1024]
     for w, x in r["window_1k"].items():
         assert x["window"] == int(w) and x["littles_law_ms"] == int(w) / x["entries_per_s"] * 1000
