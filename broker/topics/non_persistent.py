@@ -230,10 +230,11 @@ class NonPersistentTopic:
 
     def apply_policies(self, policies) -> None:
         self.policies = policies
-        self.rates.apply(policies)
+        self.rates.apply(policies, self.topic_policies)
 
     def apply_topic_policies(self, topic_policies) -> None:
         self.topic_policies = topic_policies
+        self.rates.apply(self.policies, topic_policies)
 
     def _check_open(self) -> None:
         if self.closed:

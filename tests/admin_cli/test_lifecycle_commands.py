@@ -4,11 +4,13 @@ lifecycle policies set, read back and removed at namespace and topic level; brok
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pulsar
 import pytest
 
+from storage.testing.waiting import wait_until
 from tests.admin_cli.support import Admin
 
 
@@ -127,6 +129,34 @@ def test_topic_policies_override_and_applied(admin, client):
     for policy in ("message-ttl", "max-producers", "retention", "backlog-quota"):
         admin("topics", f"remove-{policy}", topic).ok()
     assert admin("topics", "get-max-producers", topic).lines() == ["null"]
+
+
+def test_topic_rates_set_get_applied_and_remove(admin, client):
+    """The three topic-level rates, and a producer on the loaded topic held to the publish rate set by the CLI."""
+    topic = f"persistent://public/default/cli-trate-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    assert admin("topics", "get-publish-rate", topic).lines() == ["null"]
+    admin("topics", "set-publish-rate", topic, "-m", "20").ok()
+    assert admin("topics", "get-publish-rate", topic).json() == {"publishThrottlingRateInMsg": 20,
+                                                                 "publishThrottlingRateInByte": -1}
+    done = []
+    started = time.monotonic()
+    for i in range(60):  # 3 s worth at 20/s: the first 20 at once, then 20 a second
+        producer.send_async(b"x", lambda result, _id: done.append(result))
+    wait_until(lambda: len(done) == 60, 20, lambda: f"receipts; have {len(done)}")
+    assert time.monotonic() - started >= 1.5
+    admin("topics", "set-dispatch-rate", topic, "-md", "50", "-dt", "2", "-rp").ok()
+    assert admin("topics", "get-dispatch-rate", topic).json() == {
+        "dispatchThrottlingRateInMsg": 50, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 2,
+        "relativeToPublishRate": True}
+    assert admin("topics", "get-subscription-dispatch-rate", topic).lines() == ["null"]
+    admin("topics", "set-subscription-dispatch-rate", topic, "--msg-dispatch-rate", "7").ok()
+    assert admin("topics", "get-subscription-dispatch-rate", topic).json()["dispatchThrottlingRateInMsg"] == 7
+    for policy in ("publish-rate", "dispatch-rate", "subscription-dispatch-rate"):
+        admin("topics", f"remove-{policy}", topic).ok()
+        assert admin("topics", f"get-{policy}", topic).lines() == ["null"]
+    bad = admin("topics", "set-dispatch-rate", topic, "-dt", "0")
+    assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "ratePeriodInSecond" in bad.stderr
 
 
 def test_brokers_and_bookies(admin, standalone):
