@@ -141,6 +141,9 @@ class BrokerConfig:
     managed_ledger_min_ledger_rollover_time_s: int = 600
     managed_ledger_max_ledger_rollover_time_s: int = 14_400
     managed_ledger_cache_size_mb: int = 64
+    # Writes of a subscription's acknowledgements per second (storage/managed_ledger/mark_delete_rate.py); 0 = every
+    # ack written at once. A namespace's or topic's persistence policy (managedLedgerMaxMarkDeleteRate) overrides it.
+    managed_ledger_default_mark_delete_rate_limit: float = 1.0
     default_retention_time_s: int = 0
     default_retention_size_mb: int = 0
 
@@ -253,6 +256,7 @@ class BrokerConfig:
             retention_time_s=self.default_retention_time_s if retention_time_s is None else retention_time_s,
             retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
             cache_size_mb=self.managed_ledger_cache_size_mb,
+            mark_delete_rate_per_s=self.managed_ledger_default_mark_delete_rate_limit,
         ).validate()
 
     def bookie_client_tls(self) -> dict:

@@ -282,6 +282,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "managedLedgerMinLedgerRolloverTimeMinutes": Key("managed_ledger_min_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerMaxLedgerRolloverTimeMinutes": Key("managed_ledger_max_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerCacheSizeMB": Key("managed_ledger_cache_size_mb", _int),
+    "managedLedgerDefaultMarkDeleteRateLimit": Key("managed_ledger_default_mark_delete_rate_limit", _float),
     # Pulsar's one password for every ledger; Magnetar derives each ledger's password from it (docs/security.md)
     "managedLedgerPassword": Key("managed_ledger_password_secret", _text),
     # -- TLS to the bookies (docs/security.md "Storage")

@@ -521,8 +521,8 @@ async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple
 
 
 def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
-    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates) from its
-    own policies, else its namespace's, else the broker's."""
+    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates, and the
+    mark-delete rate of its subscriptions) from its own policies, else its namespace's, else the broker's."""
     def pick(name):
         value = getattr(topic_policies, name, None)
         return getattr(policies, name, None) if value is None else value
@@ -532,7 +532,8 @@ def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic
     if persistence:
         ml_config = dataclasses.replace(ml_config, ensemble_size=persistence["bookkeeperEnsemble"],
                                         write_quorum_size=persistence["bookkeeperWriteQuorum"],
-                                        ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
+                                        ack_quorum_size=persistence["bookkeeperAckQuorum"],
+                                        mark_delete_rate_per_s=persistence["managedLedgerMaxMarkDeleteRate"]).validate()
     return ml_config
 
 

@@ -384,7 +384,7 @@ def on_ack(conn, frame) -> None:
 
     async def run():
         try:
-            await binding.subscription.acknowledge(binding.consumer, cumulative, ids)
+            await binding.subscription.acknowledge(binding.consumer, cumulative, ids, receipt=request_id is not None)
         except BrokerError as exc:
             if request_id is not None:
                 conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(

@@ -164,7 +164,7 @@ class NonPersistentSubscription:
             self.topic.last_active = time.monotonic()
         return []
 
-    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids) -> None:
+    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids, *, receipt: bool = False) -> None:
         pass  # nothing is stored or pending
 
     async def redeliver(self, consumer: Consumer, positions) -> None:

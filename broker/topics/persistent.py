@@ -451,6 +451,10 @@ class PersistentTopic:
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
                     "properties": dict(c.properties),
+                    # Magnetar's: the mark-delete rate's effect (acks answered before written, states written)
+                    "persistentMarkDeletePosition": "%d:%d" % tuple(c.persisted_mark_delete_position),
+                    "markDeleteWrites": c.mark_delete_writes,
+                    "deferredAcks": c.deferred_acks,
                 }
                 for name, c in self.ml.cursors.items()
             },
