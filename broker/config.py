@@ -120,7 +120,9 @@ class BrokerConfig:
     broker_delete_inactive_topics_frequency_s: float = 60.0
     broker_delete_inactive_topics_max_inactive_duration_s: int = 60
     broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
-    subscription_expiration_time_minutes: int = 0  # 0 = never
+    # 0 = never. Minutes, as Pulsar's key; a fraction is allowed here (not in Pulsar's properties file, nor in a
+    # namespace policy) so a test can expire a subscription in seconds with the real check.
+    subscription_expiration_time_minutes: float = 0
     subscription_expiry_check_interval_s: float = 300.0  # subscriptionExpiryCheckIntervalInMinutes 5
     delayed_delivery_enabled: bool = True
     # Schema registry defaults (broker/schemas); namespace policies override each.

@@ -454,7 +454,7 @@ class BrokerService:
         now = time.monotonic()
         for sub in list(topic.subscriptions.values()):
             if sub.durable and subscription_expired(minutes, idle_s=now - sub.idle_since, has_consumers=bool(sub.consumers)):
-                log.info("subscription %s of %s expired (no consumer for %d min)", sub.name, topic.name, minutes)
+                log.info("subscription %s of %s expired (no consumer for %g min)", sub.name, topic.name, minutes)
                 await topic.remove_subscription(sub.name, delete=True)
 
     async def _delete_if_inactive(self, topic: PersistentTopic) -> None:
