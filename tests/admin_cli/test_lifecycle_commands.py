@@ -80,6 +80,20 @@ def test_terminate(admin, loaded_topic):
     assert "terminatedPosition" in admin("topics", "info-internal", topic).json()
 
 
+def test_partitioned_terminate(admin, client):
+    topic = f"persistent://public/default/cli-pterm-{uuid.uuid4().hex[:8]}"
+    admin("topics", "create-partitioned-topic", topic, "-p", "2").ok()
+    last = client.create_producer(f"{topic}-partition-1", batching_enabled=False).send(b"m")
+    out = admin("topics", "partitioned-terminate", topic).lines()
+    assert out[1] == (f"Topic {topic}-partition-1 successfully terminated at "
+                      f"{last.ledger_id()}:{last.entry_id()}:1")
+    assert out[0].startswith(f"Topic {topic}-partition-0 successfully terminated at ") and len(out) == 2
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(f"{topic}-partition-0")
+    refused = admin("topics", "partitioned-terminate", f"persistent://public/default/cli-pterm-none-{uuid.uuid4().hex[:8]}")
+    assert refused.returncode == 1 and "HTTP 404" in refused.stderr
+
+
 def test_namespace_policies_set_get_remove(admin):
     ns = f"public/cli-pol-{uuid.uuid4().hex[:8]}"
     admin("namespaces", "create", ns).ok()

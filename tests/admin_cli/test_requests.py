@@ -27,6 +27,8 @@ class RecordingRest:
         self.sent.append((method, path, body, {k: v for k, v in (query or {}).items() if v is not None}))
         if path.endswith("/terminate"):
             return Response(200, {}, b'{"ledgerId": 3, "entryId": 9, "partitionIndex": -1}')
+        if path.endswith("/terminate/partitions"):
+            return Response(200, {}, b'{"0": {"ledgerId": 3, "entryId": 9, "partitionIndex": 0}}')
         if path.endswith("/compaction") and method == "GET":
             return Response(200, {}, b'{"status": "SUCCESS", "lastError": ""}')
         if "/position/" in path:
@@ -122,6 +124,7 @@ def invoke(*args):
     (("topics", "peek-messages", "t", "-s", "a b", "-n", "2"),
      [("GET", f"{T}/subscription/a%20b/position/1", None, {}), ("GET", f"{T}/subscription/a%20b/position/2", None, {})]),
     (("topics", "terminate", "t"), [("POST", f"{T}/terminate", None, {})]),
+    (("topics", "partitioned-terminate", "t"), [("POST", f"{T}/terminate/partitions", None, {})]),
     (("topics", "compact", "t"), [("PUT", f"{T}/compaction", None, {})]),
     (("topics", "compaction-status", "t"), [("GET", f"{T}/compaction", None, {})]),
     (("schemas", "get", "t"), [("GET", "/admin/v2/schemas/public/default/t/schema", None, {})]),
