@@ -178,6 +178,11 @@ class BrokerConfig:
     tls_certificate_file_path: str | None = None
     tls_key_file_path: str | None = None
     tls_trust_certs_file_path: str | None = None  # CA that client certificates must chain to
+    # How this broker proves who it is to other brokers' admin REST (Pulsar's brokerClientAuthentication*): a
+    # client plugin class name and its parameters, as in client.conf. Used to list the non-persistent topics other
+    # brokers serve; that role should be a superuser. None: no credentials (authentication off).
+    broker_client_authentication_plugin: str | None = None
+    broker_client_authentication_parameters: str | None = dataclasses.field(default=None, repr=False)
     tls_require_trusted_client_cert_on_connect: bool = False
     tls_allow_insecure_connection: bool = False
     authentication_enabled: bool = False
@@ -388,6 +393,12 @@ class BrokerConfig:
                 and self.bookkeeper_tls_key_file_path):
             raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
                              "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
+        if self.broker_client_authentication_plugin:
+            from broker.admin_cli.settings import AdminCliError, authentication  # one parser of Pulsar's plugins
+            try:
+                authentication(self.broker_client_authentication_plugin, self.broker_client_authentication_parameters)
+            except AdminCliError as exc:
+                raise ValueError(f"broker_client_authentication_*: {exc}") from exc
         for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
             if secret is not None:
                 parse_secret(secret)  # empty, or an unreadable file

@@ -200,6 +200,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "tlsCertificateFilePath": Key("tls_certificate_file_path", _text),
     "tlsKeyFilePath": Key("tls_key_file_path", _text),
     "tlsTrustCertsFilePath": Key("tls_trust_certs_file_path", _text),
+    "brokerClientAuthenticationPlugin": Key("broker_client_authentication_plugin", _text),
+    "brokerClientAuthenticationParameters": Key("broker_client_authentication_parameters", _text),
     "tlsRequireTrustedClientCertOnConnect": Key("tls_require_trusted_client_cert_on_connect", _bool),
     "tlsAllowInsecureConnection": Key("tls_allow_insecure_connection", _bool),
     # -- authentication and authorization

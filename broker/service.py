@@ -264,15 +264,13 @@ class BrokerService:
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
         await self._check_namespace(topic)
-        if not topic.persistent:
-            return 0  # partitioned non-persistent topics are not supported
         partitions = await self.resources.partition_count(topic)
         if partitions or topic.partition_index >= 0:
             return partitions
         if (
             self.config.allow_auto_topic_creation
             and self.config.allow_auto_topic_creation_type == "partitioned"
-            and not await self.factory.exists(topic.managed_ledger_name)
+            and not await self._exists_unpartitioned(topic)
         ):
             try:
                 await self.create_partitioned_topic(topic, self.config.default_num_partitions)
@@ -294,6 +292,13 @@ class BrokerService:
             await self.resources.update_partitioned_topic(topic, partitions)
         else:
             await self.resources.create_partitioned_topic(topic, partitions)
+
+    async def _exists_unpartitioned(self, topic: TopicName) -> bool:
+        """A non-partitioned topic of this name exists: a managed ledger, or a non-persistent topic loaded here."""
+        if topic.persistent:
+            return await self.factory.exists(topic.managed_ledger_name)
+        loaded = self.non_persistent.get(str(topic))
+        return loaded is not None and not loaded.closed
 
     async def _check_topic_count(self, topic: TopicName, new_topics: int) -> None:
         limit = self.config.max_topics_per_namespace
@@ -364,7 +369,10 @@ class BrokerService:
         owner = await self.ownership.try_acquire(name)
         if owner.broker_id != self.ownership.me.broker_id:
             raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
-        if not admin and not (create and self.config.allow_auto_topic_creation):
+        if await self.resources.partition_count(name) > 0:
+            raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
+        partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0
+        if not partitioned_parent and not admin and not (create and self.config.allow_auto_topic_creation):
             raise TopicNotFoundError(f"topic {name} does not exist")
         policies = await self.resources.get_policies(name.namespace_name)
         topic = NonPersistentTopic(self, name, policies, await self.resources.get_topic_policies(name))

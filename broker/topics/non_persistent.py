@@ -9,7 +9,9 @@ cursor and no backlog: nothing is redelivered, acknowledgements change nothing,
 and a subscription goes away with its last consumer. A broker restart or an
 unload loses whatever was in flight, as in Pulsar.
 
-Not supported here: partitioned non-persistent topics, deduplication, seek.
+A partitioned non-persistent topic is a partition count on record
+(broker/http/non_persistent.py); each partition is one of these. Not supported
+here: deduplication, seek.
 """
 
 from __future__ import annotations
