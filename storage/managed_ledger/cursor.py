@@ -238,7 +238,8 @@ class ManagedCursor:
         self.ml.check_open()
 
     # The acknowledgement methods change the in-memory state *when called* and return an awaitable that
-    # resolves once that state is durable: a redelivery decided right after an ack already sees it.
+    # resolves once that state is durable (or at once, for a throttled ack the rate put off): a redelivery
+    # decided right after an ack already sees it.
 
     def mark_delete(self, position, properties: dict[str, int] | None = None, *, throttle: bool = False) -> asyncio.Future:
         """Everything up to ``position`` is consumed (cumulative ack); ``properties`` are stored with it.
