@@ -363,3 +363,21 @@ def test_topic_rates_follow_the_topics_own_policies_over_the_namespaces():
     assert rates.publish.limiter.rate == Rate(10, -1) and rates.dispatch_allowance("s") == (2, None)
     rates.apply(namespace, None)  # the topic's removed: the namespace's again
     assert rates.dispatch_allowance("s") == (5, None)
+
+
+@pytest.mark.parametrize("config, attr, expected", [
+    ({}, "publish_max_message_rate", None),
+    ({"max_publish_rate_per_topic_in_messages": 10}, "publish_max_message_rate",
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 0}),
+    ({"dispatch_throttling_rate_per_topic_in_byte": 512}, "topic_dispatch_rate",
+     {"dispatchThrottlingRateInMsg": 0, "dispatchThrottlingRateInByte": 512, "ratePeriodInSecond": 1,
+      "relativeToPublishRate": False}),
+    ({"dispatch_throttling_rate_per_topic_in_byte": 512}, "subscription_dispatch_rate", None),
+    ({"dispatch_throttling_rate_per_subscription_in_msg": 7, "dispatch_throttling_rate_relative_to_publish_rate": True},
+     "subscription_dispatch_rate", {"dispatchThrottlingRateInMsg": 7, "dispatchThrottlingRateInByte": 0,
+                                    "ratePeriodInSecond": 1, "relativeToPublishRate": True}),
+])
+def test_the_broker_default_a_topics_applied_rate_falls_back_to(config, attr, expected):
+    from broker.http.rate_policies import _broker_default
+
+    assert _broker_default(BrokerConfig("memory://unused", **config), attr) == expected
