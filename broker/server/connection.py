@@ -60,7 +60,9 @@ class ServerConnection(asyncio.Protocol):
         self.out = Outbound(self)
         self.tasks = CommandTasks(self)
         self.budget = CommandBudget(self.config.max_control_commands_per_connection_per_s,
-                                    self.config.max_wasted_commands_per_connection_per_s)
+                                    self.config.max_wasted_commands_per_connection_per_s,
+                                    self.config.max_undispatched_acks_per_connection_per_s,
+                                    self.config.max_control_commands_burst_per_connection)
         self._budget_timer: asyncio.TimerHandle | None = None
         self._keep_alive = KeepAliveTimer(self.session, ping=lambda: self.write(T.PING, ping=pb.CommandPing()),
                                           dead=self._peer_silent)

@@ -377,9 +377,12 @@ def on_ack(conn, frame) -> None:
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
     pending, cursor = binding.consumer.pending, binding.subscription.cursor
-    invented = sum(1 for position, _, _ in ids if position not in pending and not cursor.exists(position))
-    if invented:
-        conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
+    undispatched = [position for position, _, _ in ids if position not in pending]
+    if undispatched:
+        conn.budget.undispatched_acks(len(undispatched))  # not bounded by what the broker sent: paced
+        invented = sum(1 for position in undispatched if not cursor.exists(position))
+        if invented:
+            conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
     conn.tasks.ack_started(len(ids))
 
     async def run():
