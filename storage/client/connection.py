@@ -49,6 +49,7 @@ from storage.errors import (
 log = logging.getLogger(__name__)
 
 _CONNECTING, _CONNECTED, _CLOSED = "connecting", "connected", "closed"
+_GATHER_ABOVE = 256 * 1024  # a flush holding a piece this large hands the pieces to writelines() unjoined
 
 
 class BookieConnection(asyncio.Protocol):
@@ -133,7 +134,7 @@ class BookieConnection(asyncio.Protocol):
         self._next_rid = rid + 1
         req = make(rid)
         self._pending[rid] = fut
-        self._out.append(protocol.encode(req))
+        self._out.extend(protocol.encode_parts(req))
         if not self._flush_scheduled and self._state == _CONNECTED:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -150,7 +151,10 @@ class BookieConnection(asyncio.Protocol):
         if self._state != _CONNECTED or not self._out:
             return
         out, self._out = self._out, []
-        self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if any(len(piece) >= _GATHER_ABOVE for piece in out):
+            self._transport.writelines(out)  # large entries are sent from where they are, not joined
+        else:
+            self._transport.write(b"".join(out))
 
     def _arm_sweeper(self) -> None:
         shortest = min(self._deadlines) if self._deadlines else 1.0

@@ -440,3 +440,60 @@ def test_replay_classifies_torn_tails(tmp_path):
     assert len(list(journal.replay(None))) == 2
     (damage,) = journal.damage
     assert not damage.torn_tail and damage.records_after == 0 and damage.later_file_nonempty
+
+
+# ---- writing a group without copying its entries --------------------------------
+
+
+@pytest.mark.parametrize("record", [
+    JournalRecord(ADD, 7, 3, b"x" * 50),
+    JournalRecord(ADD, 7, 4, b""),
+    JournalRecord(FENCE, 9),
+    JournalRecord(MASTER_KEY, 9, -1, b"key"),
+    JournalRecord(ADD, 1, 0, bytes(range(256)) * 4096),  # 1 MiB
+])
+def test_a_records_parts_are_its_encoding_and_it_replays(record):
+    from storage.bookie.journal import record_parts
+
+    parts = record_parts(record)
+    raw = b"".join(parts)
+    assert [r for r, _ in RecordScanner(raw)] == [record]
+    if record.kind == ADD and record.data:
+        assert parts[-1] is record.data  # the entry is written from where it is, not copied
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ([10, 20, 30], [60]),                              # small pieces: one write of them joined
+    ([10, 100_000, 20, 30], [10, 100_000, 50]),       # a large piece stays itself, the runs around it join
+    ([100_000, 200_000], [100_000, 200_000]),
+    ([], []),
+])
+def test_gather_joins_runs_of_small_pieces_only(sizes, expected):
+    from storage.bookie.journal import gather
+
+    pieces = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    out = gather(pieces)
+    assert [len(p) for p in out] == expected
+    assert b"".join(out) == b"".join(pieces)
+    assert all(any(o is p for p in pieces) for o in out if len(o) >= 64 * 1024)
+
+
+@pytest.mark.parametrize("per_call", [1, 7, 1000, 10**9])
+def test_write_all_finishes_after_short_writes(per_call):
+    from storage.bookie.journal import write_all
+
+    written = bytearray()
+
+    def writev(fd, views):  # writes at most per_call bytes a call, like a disk that takes a little at a time
+        budget = per_call
+        for v in views:
+            take = bytes(v[:budget])
+            written.extend(take)
+            budget -= len(take)
+            if not budget:
+                break
+        return per_call - budget
+
+    pieces = [b"a" * 5, b"", b"b" * 3000, b"c" * 10]
+    assert write_all(3, pieces, writev) == 3015
+    assert bytes(written) == b"".join(pieces)
