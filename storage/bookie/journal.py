@@ -60,7 +60,7 @@ from typing import Callable, Iterator, NamedTuple
 from crc32c import crc32c
 
 from storage.bookie.config import BookieConfig
-from storage.bookie.group_commit import should_flush, wait_budget_ms
+from storage.bookie.group_commit import LARGE_RECORD_BYTES, commit_order, keep_taking, should_flush, wait_budget_ms
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
 log = logging.getLogger(__name__)
@@ -526,10 +526,9 @@ class Journal:
 
     def _run(self) -> None:
         q, config, clock = self._queue, self._config, self._clock
-        threshold = config.journal_buffered_writes_threshold_bytes
         group: list[tuple[JournalRecord, asyncio.Future]] = []
-        chunks: list[bytes] = []
-        group_bytes = 0
+        chunks: list[list[bytes]] = []  # each record's pieces
+        group_bytes = small_bytes = 0
         oldest_ms: float | None = None
         while True:
             budget = wait_budget_ms(clock() * 1000.0, oldest_ms, config)
@@ -552,12 +551,15 @@ class Journal:
                     break
                 record, fut, queued_ms = item
                 parts = record_parts(record)
+                size = sum(len(p) for p in parts)
                 group.append((record, fut))
-                chunks.extend(parts)
-                group_bytes += sum(len(p) for p in parts)
+                chunks.append(parts)
+                group_bytes += size
+                if size < LARGE_RECORD_BYTES:
+                    small_bytes += size
                 if oldest_ms is None:
                     oldest_ms = queued_ms
-                if group_bytes >= threshold:
+                if not keep_taking(small_bytes, group_bytes, config):
                     break
                 try:
                     item = q.get_nowait()
@@ -569,8 +571,11 @@ class Journal:
             if group and (
                 stop is _STOP or should_flush(clock() * 1000.0, oldest_ms, group_bytes, q.empty(), config)
             ):
-                self._commit(group, chunks, group_bytes)
-                group, chunks, group_bytes, oldest_ms = [], [], 0, None
+                for commit in commit_order([(r.kind, r.ledger_id, sum(len(p) for p in parts))
+                                            for (r, _f), parts in zip(group, chunks)]):
+                    pieces = [p for i in commit for p in chunks[i]]
+                    self._commit([group[i] for i in commit], pieces, sum(len(p) for p in pieces))
+                group, chunks, group_bytes, small_bytes, oldest_ms = [], [], 0, 0, None
             if stop is _STOP:
                 return
 

@@ -497,3 +497,42 @@ def test_write_all_finishes_after_short_writes(per_call):
     pieces = [b"a" * 5, b"", b"b" * 3000, b"c" * 10]
     assert write_all(3, pieces, writev) == 3015
     assert bytes(written) == b"".join(pieces)
+
+
+async def test_a_small_add_queued_behind_a_large_one_is_acknowledged_before_the_large_one_is_synced(tmp_path):
+    """Scripted: the first record's fsync is held while a 5 MiB add and a 100-byte add queue up behind it, then
+    the 5 MiB add's fsync is held too. The small add (another ledger) is written, synced and acknowledged first."""
+    first_entered, release_first = threading.Event(), threading.Event()
+    large_entered, release_large = threading.Event(), threading.Event()
+    calls = []
+
+    def fsync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        calls.append(size)
+        if len(calls) == 1:
+            first_entered.set()
+            release_first.wait(DEADLINE_S)
+        elif size > 1024 * 1024:
+            large_entered.set()
+            if not release_large.wait(DEADLINE_S):
+                raise OSError("test never released the large fsync")
+        os.fdatasync(fd)
+
+    applied: list[JournalRecord] = []
+    journal = await start_journal(make_config(tmp_path), fsync=fsync, applied=applied)
+    first = journal.append(JournalRecord(ADD, 9, 0, b"first"))
+    await wait_event(first_entered, "the first fsync")
+    large = journal.append(JournalRecord(ADD, 1, 0, b"L" * (5 * 1024 * 1024)))
+    small = journal.append(JournalRecord(ADD, 2, 0, b"s" * 100))
+    release_first.set()
+    await asyncio.wait_for(small, DEADLINE_S)
+    await wait_event(large_entered, "the large record's fsync")
+    assert first.done() and not large.done()  # the small add did not wait for the large one's sync
+    assert calls[1] < 1024 * 1024  # its own sync came before the large record was even written
+    release_large.set()
+    await asyncio.wait_for(large, DEADLINE_S)
+    assert [(r.ledger_id, r.entry_id) for r in applied] == [(9, 0), (2, 0), (1, 0)]
+    await journal.close()
+    # Replay finds all three (a crash replays the file in its written order).
+    replayed = [(r.ledger_id, r.entry_id) for r in Journal(make_config(tmp_path).journal_dir, make_config(tmp_path)).replay(None)]
+    assert sorted(replayed) == [(1, 0), (2, 0), (9, 0)]
