@@ -60,6 +60,7 @@ from typing import Callable, Iterator, NamedTuple
 from crc32c import crc32c
 
 from storage.bookie.config import BookieConfig
+from storage.bookie.file_writes import gather, write_all
 from storage.bookie.group_commit import LARGE_RECORD_BYTES, commit_order, keep_taking, should_flush, wait_budget_ms
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
@@ -120,43 +121,6 @@ def encode_record(record: JournalRecord) -> bytes:
     return b"".join(record_parts(record))
 
 
-# Pieces smaller than this are joined before a write (cheap, and fewer iovecs); larger ones are written in place.
-_JOIN_BELOW = 64 * 1024
-
-
-def gather(pieces: list[bytes], join_below: int = _JOIN_BELOW) -> list[bytes]:
-    """Runs of small pieces joined, large pieces kept as they are, in order: what one writev takes."""
-    out: list[bytes] = []
-    run: list[bytes] = []
-    for piece in pieces:
-        if len(piece) < join_below:
-            run.append(piece)
-            continue
-        if run:
-            out.append(b"".join(run) if len(run) > 1 else run[0])
-            run = []
-        out.append(piece)
-    if run:
-        out.append(b"".join(run) if len(run) > 1 else run[0])
-    return out
-
-
-def write_all(fd: int, pieces: list[bytes], writev=os.writev) -> int:
-    """Write every piece in order with writev (several calls if it writes less, or past IOV_MAX pieces)."""
-    views = [memoryview(p) for p in pieces if len(p)]
-    total = 0
-    while views:
-        n = writev(fd, views[:_IOV_MAX])
-        total += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-    return total
-
-
-_IOV_MAX = 1024
 
 
 def _decode_body(body: bytes) -> JournalRecord | None:

@@ -469,7 +469,7 @@ def test_a_records_parts_are_its_encoding_and_it_replays(record):
     ([], []),
 ])
 def test_gather_joins_runs_of_small_pieces_only(sizes, expected):
-    from storage.bookie.journal import gather
+    from storage.bookie.file_writes import gather
 
     pieces = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
     out = gather(pieces)
@@ -480,7 +480,7 @@ def test_gather_joins_runs_of_small_pieces_only(sizes, expected):
 
 @pytest.mark.parametrize("per_call", [1, 7, 1000, 10**9])
 def test_write_all_finishes_after_short_writes(per_call):
-    from storage.bookie.journal import write_all
+    from storage.bookie.file_writes import write_all
 
     written = bytearray()
 
