@@ -6,6 +6,7 @@ import os
 
 # Pieces smaller than this are joined before a write (cheap, and fewer iovecs); larger ones are written in place.
 _JOIN_BELOW = 64 * 1024
+_IOV_MAX = 1024  # the most pieces one writev takes (Linux UIO_MAXIOV)
 
 
 def gather(pieces: list[bytes], join_below: int = _JOIN_BELOW) -> list[bytes]:
@@ -39,5 +40,3 @@ def write_all(fd: int, pieces: list[bytes], writev=os.writev) -> int:
             views[0] = views[0][n:]
     return total
 
-
-_IOV_MAX = 1024
