@@ -99,11 +99,14 @@ class BrokerConfig:
     pulsar_channel_write_buffer_high_water_mark: int = 64 * 1024
     pulsar_channel_write_buffer_low_water_mark: int = 32 * 1024
     pulsar_channel_pause_receiving_requests_if_unwritable: bool = True
-    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...) and wasted work (refused commands,
-    # acks of positions that name no entry) a second, beyond a burst; over it the connection waits
-    # (broker/server/command_budget.py). 0 = unlimited.
-    max_control_commands_per_connection_per_s: float = 1000.0
+    # Ours: per connection, control commands (PRODUCER, SUBSCRIBE, LOOKUP, ...), wasted work (refused commands,
+    # acks of positions that name no entry) and acked ids naming entries the consumer was not sent, a second,
+    # beyond a burst; over it the connection waits (broker/server/command_budget.py). 0 = unlimited. The control
+    # burst is its own: a producer per partition of a 500-partition topic (a LOOKUP and a PRODUCER each) at once.
+    max_control_commands_per_connection_per_s: float = 200.0
+    max_control_commands_burst_per_connection: float = 1000.0
     max_wasted_commands_per_connection_per_s: float = 1000.0
+    max_undispatched_acks_per_connection_per_s: float = 10_000.0
     deduplication_enabled: bool = False
     # Message lifecycle (broker/topics/lifecycle.py; docs/broker.md "Namespace policies and rate limits"). Pulsar's
     # names and defaults, with seconds for its minutes: messageExpiryCheckIntervalInMinutes 5,
@@ -352,9 +355,12 @@ class BrokerConfig:
                      "managed_ledger_max_reads_in_flight_size_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
-        if self.max_control_commands_per_connection_per_s < 0 or self.max_wasted_commands_per_connection_per_s < 0:
-            raise ValueError("max_control_commands_per_connection_per_s and max_wasted_commands_per_connection_per_s "
-                             "must be >= 0 (0 = unlimited)")
+        for name in ("max_control_commands_per_connection_per_s", "max_wasted_commands_per_connection_per_s",
+                     "max_undispatched_acks_per_connection_per_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
+        if self.max_control_commands_burst_per_connection < 1:
+            raise ValueError("max_control_commands_burst_per_connection must be >= 1")
         for name in RATE_LIMIT_FIELDS:
             if getattr(self, name) < -1:
                 raise ValueError(f"{name} must be >= -1 (0 or -1 = unlimited)")

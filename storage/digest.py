@@ -58,6 +58,21 @@ def unpack(body: bytes) -> Entry:
     return Entry(ledger_id, entry_id, lac, length, bytes(view[HEADER_SIZE:]))
 
 
+def verify_header(body: bytes, ledger_id: int, entry_id: int) -> tuple[int, int]:
+    """verify() without splitting the payload off: (lac, length). A bookie storing an entry keeps it packaged, so
+    copying its payload out (5 MiB for the largest message) would be thrown away at once."""
+    if len(body) < HEADER_SIZE:
+        raise DigestMismatchError(f"packaged entry of {len(body)} bytes is shorter than its {HEADER_SIZE}-byte header")
+    view = memoryview(body)
+    (crc,) = _CRC.unpack_from(body, _FIELDS.size)
+    got_ledger, got_entry, lac, length = _FIELDS.unpack_from(body)
+    if crc32c(view[HEADER_SIZE:], crc32c(view[: _FIELDS.size])) != crc:
+        raise DigestMismatchError(f"digest mismatch for ledger {got_ledger} entry {got_entry}: stored crc {crc:#010x}")
+    if got_ledger != ledger_id or got_entry != entry_id:
+        raise DigestMismatchError(f"expected ledger {ledger_id} entry {entry_id}, got ledger {got_ledger} entry {got_entry}")
+    return lac, length
+
+
 def verify(body: bytes, ledger_id: int, entry_id: int) -> Entry:
     """unpack() plus a check that the entry is the one that was asked for."""
     entry = unpack(body)

@@ -11,6 +11,11 @@ Ordering: commands are handled in arrival order. A SEND starts its storage
 write before the next frame is looked at, and the managed ledger completes
 writes in order, so receipts go out in the order the sends came in.
 
+Writes: the first frame written in a turn of the event loop goes out at once; the others written in the
+same turn (the replies to a burst of pipelined commands, a dispatcher's MESSAGEs) are joined and written once
+at the start of the next turn, as Pulsar's FlushConsolidationHandler does. On loopback each transport write is
+a send() syscall of tens of microseconds: 10,000 pipelined PRODUCER commands spent a third of the loop in them.
+
 Bad input never harms anyone else: a malformed or oversized frame closes this
 connection only; a command that fails gets ERROR / SEND_ERROR with a specific
 ServerError code and message and the connection stays up.
@@ -55,12 +60,15 @@ class ServerConnection(asyncio.Protocol):
         self.out = Outbound(self)
         self.tasks = CommandTasks(self)
         self.budget = CommandBudget(self.config.max_control_commands_per_connection_per_s,
-                                    self.config.max_wasted_commands_per_connection_per_s)
+                                    self.config.max_wasted_commands_per_connection_per_s,
+                                    self.config.max_undispatched_acks_per_connection_per_s,
+                                    self.config.max_control_commands_burst_per_connection)
         self._budget_timer: asyncio.TimerHandle | None = None
         self._keep_alive = KeepAliveTimer(self.session, ping=lambda: self.write(T.PING, ping=pb.CommandPing()),
                                           dead=self._peer_silent)
         self._admitted = False
         self._handshake_timer: asyncio.TimerHandle | None = None
+        self._corked: list[bytes] | None = None  # frames written after the first of this turn (see write_frame)
 
     @property
     def connected(self) -> bool:
@@ -152,11 +160,27 @@ class ServerConnection(asyncio.Protocol):
         self.write_frame(command(type_, **fields))
 
     def write_frame(self, cmd, payload: bytes | None = None) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(self.session.send(cmd, payload))
+        if self.closed or self.transport is None:
+            return
+        data = self.session.send(cmd, payload)
+        if self._corked is not None:
+            self._corked.append(data)
+            return
+        self.transport.write(data)
+        try:
+            asyncio.get_running_loop().call_soon(self._uncork)
+        except RuntimeError:  # no loop running (a unit test driving the connection by hand): nothing to join
+            return
+        self._corked = []
+
+    def _uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked and not self.closed and self.transport is not None:
+            self.transport.write(b"".join(corked) if len(corked) > 1 else corked[0])
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
+            self._uncork()  # what was written before the close still goes out, as with an unjoined write
             self.closed = True
             self.session.close()
             self.transport.close()

@@ -367,6 +367,17 @@ def on_flow(conn, frame) -> None:
         binding.subscription.flow(binding.consumer, c.messagePermits)
 
 
+def _ack_ids(message_ids) -> list[tuple[Position, list[int] | None, int]]:
+    """(position, ack_set or None, batch_size) per id. Each field read through protobuf builds an object, and an
+    ACK carries up to 1,000 ids: the ack set is read once, and the batch size only when there is one."""
+    out = []
+    for m in message_ids:
+        ack_set = m.ack_set
+        out.append((Position(m.ledgerId, m.entryId), list(ack_set), m.batch_size) if ack_set
+                   else (Position(m.ledgerId, m.entryId), None, 0))
+    return out
+
+
 def on_ack(conn, frame) -> None:
     c = frame.command.ack
     binding = _binding(conn, c.consumer_id)
@@ -374,13 +385,16 @@ def on_ack(conn, frame) -> None:
         raise NotAllowedError("ACK without message ids")
     if len(c.message_id) > MAX_ACK_MESSAGE_IDS:
         raise NotAllowedError(f"ACK with {len(c.message_id)} message ids; at most {MAX_ACK_MESSAGE_IDS} per ACK")
-    ids = [(Position(m.ledgerId, m.entryId), list(m.ack_set) if len(m.ack_set) else None, m.batch_size) for m in c.message_id]
+    ids = _ack_ids(c.message_id)
     cumulative = c.ack_type == pb.CommandAck.Cumulative
     request_id = c.request_id if c.HasField("request_id") else None
     pending, cursor = binding.consumer.pending, binding.subscription.cursor
-    invented = sum(1 for position, _, _ in ids if position not in pending and not cursor.exists(position))
-    if invented:
-        conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
+    undispatched = [position for position, _, _ in ids if position not in pending]
+    if undispatched:
+        conn.budget.undispatched_acks(len(undispatched))  # not bounded by what the broker sent: paced
+        invented = sum(1 for position in undispatched if not cursor.exists(position))
+        if invented:
+            conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
     conn.tasks.ack_started(len(ids))
 
     async def run():

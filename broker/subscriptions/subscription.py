@@ -151,7 +151,7 @@ class Subscription:
     async def _ack_individual(self, consumer: Consumer, ids, throttle: bool) -> None:
         # Every change reaches the cursor's memory before the first await (see ManagedCursor), so a
         # redelivery decided meanwhile -- e.g. the consumer closing right after acking -- already sees it.
-        persisted, whole = [], []
+        whole, partial = [], []
         for position, ack_set, batch_size in ids:
             if ack_set is not None:
                 batch_size = self._batch_size(consumer, position, ack_set, batch_size)
@@ -159,20 +159,20 @@ class Subscription:
                     continue  # we cannot tell which messages were meant: keep the entry (at-least-once)
                 remaining = longs_to_mask(ack_set, batch_size)
                 if remaining:
-                    acked = ~remaining & ((1 << batch_size) - 1)
-                    persisted.append(self.cursor.delete_batch_mask(position, acked, batch_size, throttle=throttle))
-                    if consumer.pending.batch_size(position):  # tracked: batch_size is the one dispatched
-                        consumer.pending.ack_batch_indexes(position, acked_indexes(remaining, batch_size))
-                    if self.cursor.is_deleted(position):
-                        self._forget(consumer, position)
+                    partial.append((position, remaining, batch_size))
                     continue
             whole.append(position)
-        if whole:
-            persisted.append(self.cursor.delete(whole, throttle=throttle))
-            for position in whole:
+        persisted = self.cursor.delete_many(whole, [(p, ~remaining & ((1 << size) - 1), size)
+                                                    for p, remaining, size in partial], throttle=throttle)
+        pending = consumer.pending
+        for position, remaining, batch_size in partial:
+            if pending.batch_size(position):  # tracked: batch_size is the one dispatched
+                pending.ack_batch_indexes(position, acked_indexes(remaining, batch_size))
+            if self.cursor.is_deleted(position):
                 self._forget(consumer, position)
-        for fut in persisted:
-            await fut
+        for position in whole:
+            self._forget(consumer, position)
+        await persisted
 
     def _batch_size(self, consumer: Consumer, position, ack_set: list[int], claimed: int) -> int:
         """The batch size an ack's bitset is read against: what the broker dispatched when it tracked the entry

@@ -210,12 +210,12 @@ class Bookie:
         try:
             if self._closing:
                 raise BookieShuttingDownError("bookie is shutting down")
-            entry = digest.verify(body, ledger_id, entry_id)
-            if not LAST_ENTRY <= entry.lac < entry_id or entry.length < 0:
+            lac, length = digest.verify_header(body, ledger_id, entry_id)
+            if not LAST_ENTRY <= lac < entry_id or length < 0:
                 # The LAC rides on every entry and READ_LAC reports the highest: one beyond its own entry would
                 # have readers and recovery look for entries that were never written.
-                raise BadRequestError(f"ADD ledger {ledger_id} entry {entry_id} carries lac {entry.lac} (must be "
-                                      f"-1..{entry_id - 1}) and length {entry.length} (must be >= 0)")
+                raise BadRequestError(f"ADD ledger {ledger_id} entry {entry_id} carries lac {lac} (must be "
+                                      f"-1..{entry_id - 1}) and length {length} (must be >= 0)")
             storage = self._storage
             if storage.write_cache_full:
                 await self._make_room()

@@ -133,10 +133,15 @@ class EntryLogger:
         if self._pos > HEADER_SIZE and self._pos + record_len > self._max:
             self._roll(self._log_id + 1)
         location = EntryLocation(self._log_id, self._pos + RECORD_OVERHEAD, len(body))
-        # header and body appended separately: one copy of the body into the buffer, not two
         self._buffer += _RECORD.pack(RECORD_OVERHEAD - 4 + len(body), ledger_id, entry_id)
-        self._buffer += body
         self._pos += record_len
+        if len(body) >= _WRITE_CHUNK_BYTES:
+            # A large entry is written from where it is, after what is buffered: copied into the buffer (and into
+            # a record before that) it was two more copies of up to 5 MiB, made holding the GIL.
+            self._write_buffer()
+            self._write(body)
+            return location
+        self._buffer += body
         if len(self._buffer) >= _WRITE_CHUNK_BYTES:
             self._write_buffer()
         return location
@@ -161,7 +166,11 @@ class EntryLogger:
     def _write_buffer(self) -> None:
         if not self._buffer:
             return
-        view, written = memoryview(self._buffer), 0
+        self._write(self._buffer)
+        self._buffer.clear()
+
+    def _write(self, data) -> None:
+        view, written = memoryview(data), 0
         try:
             while written < len(view):
                 written += os.write(self._fd, view[written:])
@@ -169,7 +178,6 @@ class EntryLogger:
             view.release()
         if self._on_write is not None:
             self._on_write(written)
-        self._buffer.clear()
 
     def _replace_broken_log(self) -> None:
         self._roll(self._log_id + 1, sync_current=False)

@@ -60,7 +60,8 @@ from typing import Callable, Iterator, NamedTuple
 from crc32c import crc32c
 
 from storage.bookie.config import BookieConfig
-from storage.bookie.group_commit import should_flush, wait_budget_ms
+from storage.bookie.file_writes import gather, write_all
+from storage.bookie.group_commit import LARGE_RECORD_BYTES, commit_order, keep_taking, should_flush, wait_budget_ms
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
 log = logging.getLogger(__name__)
@@ -99,48 +100,27 @@ class JournalPosition(NamedTuple):
 # ---- codec (pure) --------------------------------------------------------
 
 
-def encode_record_parts(record: JournalRecord) -> tuple[bytes, bytes]:
-    """A record as (frame + fixed fields, payload): the payload is not copied.
-
-    The writer hands both parts to one writev, so a 64 KiB entry reaches the
-    kernel without being concatenated into a record and then into a group.
-    """
-    if record.kind not in (ADD, FENCE, MASTER_KEY):
-        raise ValueError(f"unknown journal record type {record.kind}")
+def record_parts(record: JournalRecord) -> list[bytes]:
+    """A record's bytes as pieces to write one after another, the entry's data not copied: a 5 MiB entry
+    concatenated into its record was two more copies of it, made holding the GIL."""
     head = _KIND_LEDGER.pack(record.kind, record.ledger_id)
     if record.kind == ADD:
         head += _ENTRY.pack(record.entry_id)
-    data = b"" if record.kind == FENCE else record.data
-    return _FRAME.pack(len(head) + len(data), crc32c(data, crc32c(head))) + head, data
+        data = record.data
+    elif record.kind == FENCE:
+        data = b""
+    elif record.kind == MASTER_KEY:
+        data = record.data
+    else:
+        raise ValueError(f"unknown journal record type {record.kind}")
+    frame = _FRAME.pack(len(head) + len(data), crc32c(data, crc32c(head)))
+    return [frame + head, data] if data else [frame + head]
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    return b"".join(encode_record_parts(record))
+    return b"".join(record_parts(record))
 
 
-IOV_MAX = 1024  # buffers per writev call: Linux's UIO_MAXIOV
-
-
-def write_all(fd: int, chunks: list[bytes], writev: Callable[[int, list], int] = os.writev,
-              write: Callable[[int, memoryview], int] = os.write) -> int:
-    """Write ``chunks`` in order with as few system calls as the iovec limit allows; returns bytes written.
-
-    A short writev (a full disk stops it part-way; a regular file otherwise takes all) is finished
-    with plain writes of what is left of that batch. OSError propagates.
-    """
-    total = 0
-    for first in range(0, len(chunks), IOV_MAX):
-        batch = chunks[first : first + IOV_MAX]
-        done = writev(fd, batch)
-        total += done
-        wanted = sum(map(len, batch))
-        if done < wanted:
-            with memoryview(b"".join(batch)) as rest:
-                while done < wanted:
-                    n = write(fd, rest[done:])
-                    done += n
-                    total += n
-    return total
 
 
 def _decode_body(body: bytes) -> JournalRecord | None:
@@ -510,10 +490,9 @@ class Journal:
 
     def _run(self) -> None:
         q, config, clock = self._queue, self._config, self._clock
-        threshold = config.journal_buffered_writes_threshold_bytes
         group: list[tuple[JournalRecord, asyncio.Future]] = []
-        chunks: list[bytes] = []
-        group_bytes = 0
+        chunks: list[list[bytes]] = []  # each record's pieces
+        group_bytes = small_bytes = 0
         oldest_ms: float | None = None
         while True:
             budget = wait_budget_ms(clock() * 1000.0, oldest_ms, config)
@@ -535,15 +514,16 @@ class Journal:
                     stop = item
                     break
                 record, fut, queued_ms = item
-                head, data = encode_record_parts(record)
+                parts = record_parts(record)
+                size = sum(len(p) for p in parts)
                 group.append((record, fut))
-                chunks.append(head)
-                if data:
-                    chunks.append(data)
-                group_bytes += len(head) + len(data)
+                chunks.append(parts)
+                group_bytes += size
+                if size < LARGE_RECORD_BYTES:
+                    small_bytes += size
                 if oldest_ms is None:
                     oldest_ms = queued_ms
-                if group_bytes >= threshold:
+                if not keep_taking(small_bytes, group_bytes, config):
                     break
                 try:
                     item = q.get_nowait()
@@ -555,8 +535,11 @@ class Journal:
             if group and (
                 stop is _STOP or should_flush(clock() * 1000.0, oldest_ms, group_bytes, q.empty(), config)
             ):
-                self._commit(group, chunks, group_bytes)
-                group, chunks, group_bytes, oldest_ms = [], [], 0, None
+                for commit in commit_order([(r.kind, r.ledger_id, sum(len(p) for p in parts))
+                                            for (r, _f), parts in zip(group, chunks)]):
+                    pieces = [p for i in commit for p in chunks[i]]
+                    self._commit([group[i] for i in commit], pieces, sum(len(p) for p in pieces))
+                group, chunks, group_bytes, small_bytes, oldest_ms = [], [], 0, 0, None
             if stop is _STOP:
                 return
 
@@ -567,8 +550,7 @@ class Journal:
         try:
             if self._file_size > 0 and self._file_size + group_bytes > self._config.journal_max_file_size_bytes:
                 self._open_file(self._file_id + 1)
-            written = write_all(self._fd, chunks)
-            self._file_size += written
+            self._file_size += write_all(self._fd, gather(chunks))
             started = time.perf_counter()
             if self._config.journal_sync_data:
                 self._fsync(self._fd)

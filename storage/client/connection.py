@@ -49,6 +49,8 @@ from storage.errors import (
 log = logging.getLogger(__name__)
 
 _CONNECTING, _CONNECTED, _CLOSED = "connecting", "connected", "closed"
+_GATHER_ABOVE = 256 * 1024  # a flush holding a piece this large hands the pieces to writelines() unjoined
+BULK_ADD_BYTES = 256 * 1024  # adds this large go over each bookie's second connection (BookiePool)
 
 
 class BookieConnection(asyncio.Protocol):
@@ -133,7 +135,7 @@ class BookieConnection(asyncio.Protocol):
         self._next_rid = rid + 1
         req = make(rid)
         self._pending[rid] = fut
-        self._out.append(protocol.encode(req))
+        self._out.extend(protocol.encode_parts(req))
         if not self._flush_scheduled and self._state == _CONNECTED:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -150,7 +152,10 @@ class BookieConnection(asyncio.Protocol):
         if self._state != _CONNECTED or not self._out:
             return
         out, self._out = self._out, []
-        self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if any(len(piece) >= _GATHER_ABOVE for piece in out):
+            self._transport.writelines(out)  # large entries are sent from where they are, not joined
+        else:
+            self._transport.write(b"".join(out))
 
     def _arm_sweeper(self) -> None:
         shortest = min(self._deadlines) if self._deadlines else 1.0
@@ -241,11 +246,18 @@ class BookiePool:
         self._resolve = resolve
         self._tls = tls
         self._conns: dict[str, BookieConnection] = {}
+        # A second connection per bookie carries the large adds (BULK_ADD_BYTES and up), so a small add is never
+        # queued on a TCP stream behind megabytes of another ledger's entries: the bookie reads a 5 MiB frame in
+        # tens of socket reads, one per turn of its loop, before it reaches what follows (BookKeeper's client
+        # likewise spreads requests over several channels per bookie). Nothing relies on order across the two:
+        # the bookie takes a ledger's entries in any order and the ledger handle completes adds in order.
+        self._bulk: dict[str, BookieConnection] = {}
         self.faults = faults
         self._closed = False
 
-    def connection(self, bookie_id: str) -> BookieConnection:
-        conn = self._conns.get(bookie_id)
+    def connection(self, bookie_id: str, *, bulk: bool = False) -> BookieConnection:
+        conns = self._bulk if bulk else self._conns
+        conn = conns.get(bookie_id)
         if conn is None or conn.closed:
             if self._closed:
                 raise BookieUnavailableError("the bookie pool is closed")
@@ -253,20 +265,20 @@ class BookiePool:
                 host, port = self._resolve(bookie_id)
             except ValueError as exc:
                 raise BookieUnavailableError(f"no address for bookie {bookie_id}: {exc}") from exc
-            conn = self._conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config, self._tls)
+            conn = conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config, self._tls)
         return conn
 
-    def _send(self, bookie_id: str, op: str, make, timeout_s: float, args: tuple) -> asyncio.Future:
+    def _send(self, bookie_id: str, op: str, make, timeout_s: float, args: tuple, *, bulk: bool = False) -> asyncio.Future:
         if self.faults is not None:
             verdict = self.faults.intercept(bookie_id, op, args)
             if verdict is not None:
-                return self._apply(verdict, bookie_id, op, make, timeout_s)
+                return self._apply(verdict, bookie_id, op, make, timeout_s, bulk)
         try:
-            return self.connection(bookie_id).request(make, timeout_s)
+            return self.connection(bookie_id, bulk=bulk).request(make, timeout_s)
         except StorageError as exc:
             return _failed(asyncio.get_running_loop(), exc)
 
-    def _apply(self, verdict: fault_ops.Verdict, bookie_id, op, make, timeout_s) -> asyncio.Future:
+    def _apply(self, verdict: fault_ops.Verdict, bookie_id, op, make, timeout_s, bulk: bool = False) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         if verdict.hold is None and verdict.exc is not None:
             return _failed(loop, verdict.exc)
@@ -293,7 +305,7 @@ class BookiePool:
                     outer.set_exception(verdict.exc)
                 return
             try:
-                inner = self.connection(bookie_id).request(make, timeout_s)
+                inner = self.connection(bookie_id, bulk=bulk).request(make, timeout_s)
             except StorageError as exc:
                 inner = _failed(loop, exc)
             inner.add_done_callback(deliver)
@@ -311,7 +323,7 @@ class BookiePool:
         return self._send(
             bookie_id, fault_ops.RECOVERY_ADD if recovery else fault_ops.ADD,
             lambda rid: protocol.AddRequest(rid, ledger_id, entry_id, flags, master_key, body),
-            self._config.add_entry_timeout_s, (ledger_id, entry_id),
+            self._config.add_entry_timeout_s, (ledger_id, entry_id), bulk=len(body) >= BULK_ADD_BYTES,
         )
 
     def read(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"") -> asyncio.Future:
@@ -338,14 +350,16 @@ class BookiePool:
 
     def drop(self, bookie_id: str) -> None:
         """Close the connection to a bookie (its requests fail as unavailable)."""
-        conn = self._conns.pop(bookie_id, None)
-        if conn is not None:
-            conn.close()
+        for conns in (self._conns, self._bulk):
+            conn = conns.pop(bookie_id, None)
+            if conn is not None:
+                conn.close()
 
     async def close(self) -> None:
         self._closed = True
-        conns, self._conns = self._conns, {}
-        for conn in conns.values():
+        conns = [*self._conns.values(), *self._bulk.values()]
+        self._conns, self._bulk = {}, {}
+        for conn in conns:
             conn.close()
         # Let the transports' close callbacks run before the loop may stop.
         await asyncio.sleep(0)

@@ -259,6 +259,24 @@ class ManagedCursor:
         ``throttle`` as for ``mark_delete``.
         """
         self._check()
+        self._delete_now(positions)
+        return self._persisted(throttle)
+
+    def delete_many(self, positions, batch_masks=(), *, throttle: bool = False) -> asyncio.Future:
+        """One ACK's individual acks at once: whole entries, and batch indexes as ``(position, acked mask,
+        batch size)`` (as ``delete_batch_mask``). The state changes now; one future covers them all, so a
+        1,000-id ACK schedules one durable write and one callback, not 1,000. ``throttle`` as for ``mark_delete``."""
+        self._check()
+        whole = list(positions)
+        for position, acked_mask, batch_size in batch_masks:
+            position = Position(*position)
+            if self._add_batch_mask(position, acked_mask, batch_size):
+                whole.append(position)
+        if whole:
+            self._delete_now(whole)
+        return self._persisted(throttle)
+
+    def _delete_now(self, positions) -> None:
         last = self.ml.last_confirmed_entry
         sizes: dict[int, int] = {}  # entries per ledger, looked up once per call
         for p in positions:
@@ -270,7 +288,6 @@ class ManagedCursor:
                 if self.batch_deleted:
                     self.batch_deleted.pop(p, None)
         self._collapse()
-        return self._persisted(throttle)
 
     def _exists(self, position: Position) -> bool:
         return 0 <= position.entry_id < self.ml.ledger_entries(position.ledger_id)
@@ -293,17 +310,24 @@ class ManagedCursor:
         """The same with the acked indexes as the bits of one int (bit i = batch index i)."""
         self._check()
         position = Position(*position)
+        if self._add_batch_mask(position, acked_mask, batch_size):
+            return self.delete([position], throttle=throttle)
+        return self._persisted(throttle)
+
+    def _add_batch_mask(self, position: Position, acked_mask: int, batch_size: int) -> bool:
+        """Record acked batch indexes of an existing, unacknowledged entry; True when that completes the entry
+        (the caller deletes it whole)."""
         if self.is_deleted(position) or not position <= self.ml.last_confirmed_entry or not self._exists(position):
-            return self._persisted(throttle)
+            return False
         limit = min(batch_size, MAX_BATCH_INDEXES)
         if acked_mask.bit_length() > limit:
             acked_mask &= (1 << limit) - 1
         acked = self.batch_deleted.get(position, 0) | acked_mask
         if acked.bit_count() >= batch_size:
-            return self.delete([position], throttle=throttle)
+            return True
         if acked:
             self.batch_deleted[position] = acked
-        return self._persisted(throttle)
+        return False
 
     def _persisted(self, throttle: bool = False) -> asyncio.Future:
         if throttle and self.durable and not self._admitted():

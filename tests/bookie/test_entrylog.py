@@ -148,3 +148,14 @@ def test_failed_flush_continues_in_a_fresh_log(tmp_path, monkeypatch):
     assert logger.read(good) == body(1, 0)
     assert logger.read(retried) == body(1, 1)
     logger.close()
+
+
+def test_large_entries_between_small_ones_read_back_and_scan(tmp_path):
+    logger = EntryLogger(tmp_path, 64 << 20)
+    sizes = [100, 3 << 20, 50, 1 << 20, 10, 5 << 20]  # the large ones are written in place, not buffered
+    placed = [(e, logger.append(7, e, body(7, e, n))) for e, n in enumerate(sizes)]
+    logger.flush()
+    for e, loc in placed:
+        assert logger.read(loc) == body(7, e, sizes[e])
+    assert [(s.entry_id, s.offset, s.length) for s in logger.scan(1)] == [(e, loc.offset, loc.length) for e, loc in placed]
+    logger.close()

@@ -23,14 +23,14 @@ from storage.bookie.journal import (
     JournalRecord,
     RecordScanner,
     encode_record,
-    encode_record_parts,
+    record_parts,
     records_after,
-    write_all,
     journal_file_name,
     list_journal_files,
     read_mark,
     write_mark,
 )
+from storage.bookie.file_writes import write_all
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
 DEADLINE_S = 10.0
@@ -74,24 +74,21 @@ def _copied_encode(record: JournalRecord) -> bytes:
 @pytest.mark.parametrize("record", [JournalRecord(ADD, 7, 3, b"x" * 65536), JournalRecord(ADD, 1, 0, b""),
                                     JournalRecord(FENCE, 9), JournalRecord(MASTER_KEY, 2, -1, b"key")])
 def test_the_parts_are_the_record_and_the_payload_is_not_copied(record):
-    head, data = encode_record_parts(record)
-    assert head + data == encode_record(record) == _copied_encode(record)
+    parts = record_parts(record)
+    assert b"".join(parts) == encode_record(record) == _copied_encode(record)
     if record.data:
-        assert data is record.data  # handed to writev as it is
+        assert parts[-1] is record.data  # handed to writev as it is
 
 
 class _ShortWrites:
-    """writev/write that take at most ``limit`` bytes per call, as a filling disk does."""
+    """A writev that takes at most ``limit`` bytes per call, as a filling disk does."""
 
     def __init__(self, limit: int):
         self.limit, self.out, self.writev_calls = limit, bytearray(), []
 
     def writev(self, fd, chunks):
         self.writev_calls.append(len(chunks))
-        return self.write(fd, b"".join(chunks))
-
-    def write(self, fd, data):
-        taken = bytes(data[: self.limit])
+        taken = b"".join(chunks)[: self.limit]
         self.out += taken
         return len(taken)
 
@@ -100,7 +97,7 @@ class _ShortWrites:
 def test_write_all_writes_every_chunk_in_order_through_short_writes(chunk_count, limit):
     chunks = [b"%06d|" % i * (i % 7 + 1) for i in range(chunk_count)]
     fake = _ShortWrites(limit)
-    assert write_all(-1, chunks, writev=fake.writev, write=fake.write) == len(b"".join(chunks))
+    assert write_all(-1, chunks, writev=fake.writev) == len(b"".join(chunks))
     assert bytes(fake.out) == b"".join(chunks)
     assert all(n <= 1024 for n in fake.writev_calls)  # never more iovecs than the kernel takes
 
@@ -493,3 +490,95 @@ def test_replay_classifies_torn_tails(tmp_path):
     assert len(list(journal.replay(None))) == 2
     (damage,) = journal.damage
     assert not damage.torn_tail and damage.records_after == 0 and damage.later_file_nonempty
+
+
+# ---- writing a group without copying its entries --------------------------------
+
+
+@pytest.mark.parametrize("record", [
+    JournalRecord(ADD, 7, 3, b"x" * 50),
+    JournalRecord(ADD, 7, 4, b""),
+    JournalRecord(FENCE, 9),
+    JournalRecord(MASTER_KEY, 9, -1, b"key"),
+    JournalRecord(ADD, 1, 0, bytes(range(256)) * 4096),  # 1 MiB
+])
+def test_a_records_parts_are_its_encoding_and_it_replays(record):
+    parts = record_parts(record)
+    raw = b"".join(parts)
+    assert [r for r, _ in RecordScanner(raw)] == [record]
+    if record.kind == ADD and record.data:
+        assert parts[-1] is record.data  # the entry is written from where it is, not copied
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ([10, 20, 30], [60]),                              # small pieces: one write of them joined
+    ([10, 100_000, 20, 30], [10, 100_000, 50]),       # a large piece stays itself, the runs around it join
+    ([100_000, 200_000], [100_000, 200_000]),
+    ([], []),
+])
+def test_gather_joins_runs_of_small_pieces_only(sizes, expected):
+    from storage.bookie.file_writes import gather
+
+    pieces = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    out = gather(pieces)
+    assert [len(p) for p in out] == expected
+    assert b"".join(out) == b"".join(pieces)
+    assert all(any(o is p for p in pieces) for o in out if len(o) >= 64 * 1024)
+
+
+@pytest.mark.parametrize("per_call", [1, 7, 1000, 10**9])
+def test_write_all_finishes_after_short_writes(per_call):
+    written = bytearray()
+
+    def writev(fd, views):  # writes at most per_call bytes a call, like a disk that takes a little at a time
+        budget = per_call
+        for v in views:
+            take = bytes(v[:budget])
+            written.extend(take)
+            budget -= len(take)
+            if not budget:
+                break
+        return per_call - budget
+
+    pieces = [b"a" * 5, b"", b"b" * 3000, b"c" * 10]
+    assert write_all(3, pieces, writev) == 3015
+    assert bytes(written) == b"".join(pieces)
+
+
+async def test_a_small_add_queued_behind_a_large_one_is_acknowledged_before_the_large_one_is_synced(tmp_path):
+    """Scripted: the first record's fsync is held while a 5 MiB add and a 100-byte add queue up behind it, then
+    the 5 MiB add's fsync is held too. The small add (another ledger) is written, synced and acknowledged first."""
+    first_entered, release_first = threading.Event(), threading.Event()
+    large_entered, release_large = threading.Event(), threading.Event()
+    calls = []
+
+    def fsync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        calls.append(size)
+        if len(calls) == 1:
+            first_entered.set()
+            release_first.wait(DEADLINE_S)
+        elif size > 1024 * 1024:
+            large_entered.set()
+            if not release_large.wait(DEADLINE_S):
+                raise OSError("test never released the large fsync")
+        os.fdatasync(fd)
+
+    applied: list[JournalRecord] = []
+    journal = await start_journal(make_config(tmp_path), fsync=fsync, applied=applied)
+    first = journal.append(JournalRecord(ADD, 9, 0, b"first"))
+    await wait_event(first_entered, "the first fsync")
+    large = journal.append(JournalRecord(ADD, 1, 0, b"L" * (5 * 1024 * 1024)))
+    small = journal.append(JournalRecord(ADD, 2, 0, b"s" * 100))
+    release_first.set()
+    await asyncio.wait_for(small, DEADLINE_S)
+    await wait_event(large_entered, "the large record's fsync")
+    assert first.done() and not large.done()  # the small add did not wait for the large one's sync
+    assert calls[1] < 1024 * 1024  # its own sync came before the large record was even written
+    release_large.set()
+    await asyncio.wait_for(large, DEADLINE_S)
+    assert [(r.ledger_id, r.entry_id) for r in applied] == [(9, 0), (2, 0), (1, 0)]
+    await journal.close()
+    # Replay finds all three (a crash replays the file in its written order).
+    replayed = [(r.ledger_id, r.entry_id) for r in Journal(make_config(tmp_path).journal_dir, make_config(tmp_path)).replay(None)]
+    assert sorted(replayed) == [(1, 0), (2, 0), (9, 0)]

@@ -6,10 +6,12 @@ class RecordingTransport:
 
     def __init__(self):
         self.written = b""
+        self.writes = 0  # transport writes, each a send() on a socket
         self.closed = False
 
     def write(self, data: bytes) -> None:
         self.written += data
+        self.writes += 1
 
     def close(self) -> None:
         self.closed = True

@@ -73,3 +73,33 @@ def test_zero_rate_turns_a_bucket_off():
         budget.command(T.LOOKUP)
     budget.wasted(10**9)
     assert budget.wait_s() == 0.0
+
+
+@pytest.mark.parametrize("rate, burst, creates, wait", [
+    (200, 1000, 1000, 0.0),      # a producer on each of 500 partitions (a LOOKUP and a PRODUCER each): free
+    (200, 1000, 1200, 1.0),      # beyond the burst, the steady rate
+    (200, 1000, 11_000, 50.0),   # the bench's 10,000 creates on one connection: most of a minute
+    (100, None, 100, 0.0),       # no burst given: one second of the rate
+    (100, None, 150, 0.5),
+])
+def test_control_burst_is_set_apart_from_its_rate(rate, burst, creates, wait):
+    budget = CommandBudget(control_per_s=rate, wasted_per_s=0, control_burst=burst, clock=Clock())
+    for _ in range(creates):
+        budget.command(T.PRODUCER)
+    assert budget.wait_s() == pytest.approx(wait)
+
+
+@pytest.mark.parametrize("rate, acks, elapsed, wait", [
+    (10_000, 10_000, 0.0, 0.0),   # a reconnected consumer acking its receiver queue and unacked messages: free
+    (10_000, 11_000, 0.0, 0.1),
+    (10_000, 60_000, 0.0, 5.0),   # the ACK bomb's first 60 frames of 1,000 ids
+    (10_000, 60_000, 2.0, 3.0),
+    (0, 10**9, 0.0, 0.0),         # off
+])
+def test_acks_of_entries_not_dispatched_are_paced(rate, acks, elapsed, wait):
+    clock = Clock()
+    budget = CommandBudget(control_per_s=0, wasted_per_s=0, undispatched_acks_per_s=rate, clock=clock)
+    budget.undispatched_acks(acks)
+    clock.now += elapsed
+    assert budget.wait_s() == pytest.approx(wait)
+    assert budget.undispatched_acks_total == acks

@@ -228,3 +228,21 @@ def _closed_port():
     from storage.testing.processes import free_port
 
     return free_port()  # nothing listens there
+
+
+async def test_large_adds_go_over_a_second_connection_so_small_ones_never_queue_behind_them(server_factory):
+    from storage.client.connection import BULK_ADD_BYTES
+
+    server = await server_factory(ok_read)
+    pool = pool_for(server)
+    big = pool.add("b", 1, 0, b"k", b"x" * BULK_ADD_BYTES)
+    small = pool.add("b", 2, 0, b"k", b"y" * 100)
+    read = pool.read("b", 2, 0)
+    main, bulk = pool.connection("b"), pool.connection("b", bulk=True)
+    assert main is not bulk
+    assert len(bulk._pending) == 1 and len(main._pending) == 2  # the large add alone on its own stream
+    assert [(r.ledger_id, r.entry_id) for r in await asyncio.gather(big, small)] == [(1, 0), (2, 0)]
+    assert (await read).body == b"body-0"
+    pool.drop("b")
+    assert main.closed and bulk.closed
+    await pool.close()

@@ -178,3 +178,23 @@ async def test_non_durable_cursor_does_not_hold_data(ledgers):
     entries = await reader.read_entries(100)
     assert entries and entries[0].position == ml.first_position
     assert Position(*entries[-1].position) == positions[-1]
+
+
+async def test_one_acks_whole_entries_and_batch_indexes_are_applied_at_once_and_restored(ledgers):
+    await ledgers.start_bookies(3)
+    _, ml = await _open(ledgers, "t/ns/persistent/delete-many")
+    positions = [await ml.add_entry(b"%d" % i) for i in range(8)]
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    done = cursor.delete_many([positions[1], positions[2]], [
+        (positions[4], 0b0101, 4),   # two of four: kept as batch indexes
+        (positions[5], 0b1111, 4),   # all four: the entry is acknowledged whole
+        (Position(positions[0].ledger_id, 10**6), 0b1, 4),  # no such entry: ignored
+    ])
+    # The state changed before the write is durable (a redelivery decided meanwhile sees it).
+    assert cursor.is_deleted(positions[1]) and cursor.is_deleted(positions[5]) and not cursor.is_deleted(positions[4])
+    assert cursor.batch_deleted_indexes(positions[4]) == frozenset({0, 2})
+    await done
+    _, ml2 = await _open(ledgers, "t/ns/persistent/delete-many")
+    restored = ml2.cursors["sub"]
+    assert {p for p in positions if restored.is_deleted(p)} == {positions[1], positions[2], positions[5]}
+    assert restored.batch_deleted_indexes(positions[4]) == frozenset({0, 2})

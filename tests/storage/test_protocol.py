@@ -198,3 +198,16 @@ def test_bounded_passes_only_requests_within_every_bound(request_):
         assert 1 <= got.max_bytes <= LIMITS.max_batch_read_bytes
     elif isinstance(got, (p.AddRequest, p.ReadRequest)):
         assert p.LAST_ENTRY <= got.entry_id <= p.MAX_ID and got.flags >= 0 and len(got.master_key) <= 64
+
+
+@pytest.mark.parametrize("size", [0, 100, 64 * 1024 - 1, 64 * 1024, 70_000, 5 * 1024 * 1024])
+@pytest.mark.parametrize("message_of", [
+    lambda body: p.AddRequest(7, 1, 2, p.FLAG_RECOVERY, b"key" * 30, body),
+    lambda body: p.ReadResponse(7, p.OK, 1, 2, body),
+])
+def test_encode_parts_are_encode_in_pieces_and_a_large_body_is_not_copied(size, message_of):
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    message = message_of(body)
+    parts = p.encode_parts(message)
+    assert b"".join(parts) == p.encode(message)  # the same bytes on the wire, byte for byte
+    assert any(part is body for part in parts) == (size >= 64 * 1024)
