@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from connectors.spark.offsets import Offset, message_key
-from connectors.spark.source import _arrow_schema, _in_range, _Rows
+from connectors.spark.rows import EntryColumns
+from connectors.spark.source import _arrow_schema, _in_range
 from magnetar.message import ReceivedEntry
 from magnetar.protocol import pb
 
@@ -58,7 +59,7 @@ def test_in_range_keeps_what_the_message_by_message_rule_keeps(received):
 
 
 def test_rows_hold_each_message_s_fields():
-    rows = _Rows("persistent://public/default/t", 2)
+    rows = EntryColumns("persistent://public/default/t", 2)
     rows.add(entry(5, range(4), 4), 1, 4)
     rows.add(entry(6, [-1], 0), 0, 1)
     batch = rows.record_batch(_arrow_schema()).to_pylist()
