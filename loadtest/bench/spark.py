@@ -90,7 +90,7 @@ def run(quick: bool = False) -> dict:
         "magnetar_source": ours, "rate_source": reference, "ratio": ours["rows_per_s"] / reference["rows_per_s"],
         "warm": warm, "produce": written[0],
         "config": {"backlog": backlog, "message_bytes": MESSAGE_BYTES, "spark_master": "local[2]", "sink": "noop",
-                   "quick": quick},
+                   "quick": quick, "pyspark_zip_bytecode": _zip_has_bytecode()},
     }
     rows = []
     for label, r in (("cold", results), ("warm", warm)):
@@ -121,3 +121,14 @@ def produce_backlog(url: str, topic: str, messages: int) -> dict:
         return {"messages": messages, "seconds": time.perf_counter() - start}
     finally:
         client.close()
+
+
+def _zip_has_bytecode() -> bool:
+    """Whether Spark's Python processes import pyspark from bytecode (connectors/spark/pyspark_zip.py, run by
+    `make venv`) or compile it at every start: the cold figure depends on it."""
+    import zipfile
+
+    from connectors.spark.pyspark_zip import pyspark_zip
+
+    path = pyspark_zip()
+    return path.exists() and "pyspark/worker.pyc" in zipfile.ZipFile(path).namelist()
