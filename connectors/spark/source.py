@@ -104,6 +104,9 @@ def _last_of(entry, batch_index: int, end: Offset) -> bool:
 # A record batch's values stay well inside Arrow's 2 GiB binary offsets (and a task's memory) whatever the
 # message sizes: a batch ends at this many payload bytes even before ``chunk`` rows.
 MAX_BATCH_BYTES = 64 << 20
+# The reader's permits: messages the broker may push ahead of the task. Kept at what it was when a record batch was
+# 2,000 rows, since a message may be up to 5 MiB; the record batch fills over several receives instead.
+RECEIVER_QUEUE_MESSAGES = 2_000
 
 
 def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 10_000,
@@ -130,7 +133,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
             new_rows = lambda: ExpandedRows(topic, decoder)  # noqa: E731
         first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         reader = loop.run_until_complete(client.create_reader(tp, first, start_message_id_inclusive=True,
-                                                              receiver_queue_size=chunk))
+                                                              receiver_queue_size=RECEIVER_QUEUE_MESSAGES))
         rows = new_rows()
         done = False
         while not done:
