@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker, persisted under --data-dir")
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
+    standalone.add_argument("--bookie-http-port", type=int, default=8000,
+                            help="first bookie's HTTP port (health, Prometheus /metrics); the others follow "
+                                 "(default 8000, BookKeeper's prometheusStatsHttpPort; 0: any free ports)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
     tokens_cli.add_parser(commands)
     return parser
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     _use_uvloop()
-    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None)))
+    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), getattr(args, "bookie_http_port", 0)))
 
 
 def _use_uvloop() -> None:
@@ -85,7 +88,7 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None) -> int:
+async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, bookie_http_port: int = 0) -> int:
     from broker.errors import BrokerError
     from broker.http import listening_ports, start_http
     from broker.service import BrokerService
@@ -101,7 +104,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     http = None
     try:
         if data_dir is not None:
-            standalone = await Standalone.start(data_dir, config, bookie_port)
+            standalone = await Standalone.start(data_dir, config, bookie_port, bookie_http_port)
             broker = standalone.broker
         else:
             broker = await BrokerService.start(config)
@@ -114,6 +117,9 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
         elif broker is not None:
             await broker.close()
         return EXIT_REFUSED
+    if standalone is not None:  # before the ready line, which scripts wait for: then these are there too
+        for line in standalone.bookie_lines(config.advertised_address):
+            print(line, flush=True)
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
     print(f"broker {config.broker_id} ready ({ready_urls(config.advertised_address, broker, http_port, https_port)}; "
           f"{mode})", flush=True)

@@ -27,6 +27,7 @@ from storage.managed_ledger.passwords import parse_secret
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
+MAX_STATS_WINDOW_SAMPLES = 120  # e.g. 10 min sampled every 5 s; memory grows with samples x active topics
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
@@ -120,7 +121,9 @@ class BrokerConfig:
     broker_delete_inactive_topics_frequency_s: float = 60.0
     broker_delete_inactive_topics_max_inactive_duration_s: int = 60
     broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
-    subscription_expiration_time_minutes: int = 0  # 0 = never
+    # 0 = never. Minutes, as Pulsar's key; a fraction is allowed here (not in Pulsar's properties file, nor in a
+    # namespace policy) so a test can expire a subscription in seconds with the real check.
+    subscription_expiration_time_minutes: float = 0
     subscription_expiry_check_interval_s: float = 300.0  # subscriptionExpiryCheckIntervalInMinutes 5
     delayed_delivery_enabled: bool = True
     # Schema registry defaults (broker/schemas); namespace policies override each.
@@ -141,6 +144,9 @@ class BrokerConfig:
     managed_ledger_min_ledger_rollover_time_s: int = 600
     managed_ledger_max_ledger_rollover_time_s: int = 14_400
     managed_ledger_cache_size_mb: int = 64
+    # Writes of a subscription's acknowledgements per second (storage/managed_ledger/mark_delete_rate.py); 0 = every
+    # ack written at once. A namespace's or topic's persistence policy (managedLedgerMaxMarkDeleteRate) overrides it.
+    managed_ledger_default_mark_delete_rate_limit: float = 1.0
     default_retention_time_s: int = 0
     default_retention_size_mb: int = 0
 
@@ -148,6 +154,10 @@ class BrokerConfig:
     keep_alive_interval_s: float = 30.0
     maintenance_interval_s: float = 60.0  # retention by time, rollover of idle ledgers (Pulsar: retentionCheckIntervalInSeconds 120)
     load_report_interval_s: float = 5.0  # Pulsar: loadBalancerReportUpdateMinIntervalMillis 5000; also on every bundle change
+    # /metrics rates and "last minute" figures cover this window (Pulsar: statsUpdateFrequencyInSecs 60), sampled
+    # every stats_sample_interval_s (ours), so a rate follows a change within one sample and no scrape moves it.
+    stats_update_frequency_s: float = 60.0
+    stats_sample_interval_s: float = 5.0
     metadata_session_timeout_s: float = 30.0
 
     # Automatic load management (docs/broker.md "Automatic load management"); names and defaults are Pulsar's.
@@ -173,6 +183,11 @@ class BrokerConfig:
     tls_certificate_file_path: str | None = None
     tls_key_file_path: str | None = None
     tls_trust_certs_file_path: str | None = None  # CA that client certificates must chain to
+    # How this broker proves who it is to other brokers' admin REST (Pulsar's brokerClientAuthentication*): a
+    # client plugin class name and its parameters, as in client.conf. Used to list the non-persistent topics other
+    # brokers serve; that role should be a superuser. None: no credentials (authentication off).
+    broker_client_authentication_plugin: str | None = None
+    broker_client_authentication_parameters: str | None = dataclasses.field(default=None, repr=False)
     tls_require_trusted_client_cert_on_connect: bool = False
     tls_allow_insecure_connection: bool = False
     authentication_enabled: bool = False
@@ -253,6 +268,7 @@ class BrokerConfig:
             retention_time_s=self.default_retention_time_s if retention_time_s is None else retention_time_s,
             retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
             cache_size_mb=self.managed_ledger_cache_size_mb,
+            mark_delete_rate_per_s=self.managed_ledger_default_mark_delete_rate_limit,
         ).validate()
 
     def bookie_client_tls(self) -> dict:
@@ -312,9 +328,15 @@ class BrokerConfig:
         if self.default_number_of_namespace_bundles < 1:
             raise ValueError("default_number_of_namespace_bundles must be >= 1")
         for name in ("load_report_interval_s", "metadata_session_timeout_s", "load_balancer_split_interval_s",
-                     "load_balancer_shedding_interval_s", "load_balancer_broker_max_msg_rate"):
+                     "load_balancer_shedding_interval_s", "load_balancer_broker_max_msg_rate",
+                     "stats_update_frequency_s", "stats_sample_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.stats_sample_interval_s > self.stats_update_frequency_s:
+            raise ValueError("stats_sample_interval_s must be <= stats_update_frequency_s (the window it samples)")
+        if self.stats_update_frequency_s / self.stats_sample_interval_s > MAX_STATS_WINDOW_SAMPLES:
+            raise ValueError(f"stats_update_frequency_s / stats_sample_interval_s must be <= {MAX_STATS_WINDOW_SAMPLES} "
+                             "(the stats window keeps one sample of every topic per interval)")
         for name in ("load_balancer_namespace_bundle_max_topics", "load_balancer_namespace_bundle_max_sessions",
                      "load_balancer_namespace_bundle_max_msg_rate", "load_balancer_namespace_bundle_max_bandwidth_mbytes",
                      "load_balancer_shedding_grace_period_s", "load_balancer_broker_threshold_shedder_percentage",
@@ -382,6 +404,12 @@ class BrokerConfig:
                 and self.bookkeeper_tls_key_file_path):
             raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
                              "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
+        if self.broker_client_authentication_plugin:
+            from broker.admin_cli.settings import AdminCliError, authentication  # one parser of Pulsar's plugins
+            try:
+                authentication(self.broker_client_authentication_plugin, self.broker_client_authentication_parameters)
+            except AdminCliError as exc:
+                raise ValueError(f"broker_client_authentication_*: {exc}") from exc
         for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
             if secret is not None:
                 parse_secret(secret)  # empty, or an unreadable file

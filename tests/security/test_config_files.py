@@ -37,7 +37,6 @@ clientLibraryVersionCheckEnabled=false
 statusFilePath=/usr/local/apache/htdocs
 subscriptionRedeliveryTrackerEnabled=true
 tlsEnabled=true
-brokerClientAuthenticationPlugin=
 acknowledgmentAtBatchIndexLevelEnabled=true
 bookkeeperClientTimeoutInSeconds=30
 bookkeeperClientHealthCheckEnabled=true
@@ -66,6 +65,7 @@ webServicePortTls={https}
 bindAddress=127.0.0.1
 advertisedAddress=localhost
 clusterName=standalone
+brokerClientAuthenticationPlugin=
 zooKeeperSessionTimeoutMillis=30000
 maxUnackedMessagesPerConsumer=50000
 
@@ -155,7 +155,8 @@ class StandaloneFromFile(BrokerProcess):
 
     def command(self) -> list[str]:
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), "--config", str(self.config_path)]
+                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port),
+                "--config", str(self.config_path)]
 
 
 @pytest.fixture
