@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,spark,fuzz]'
+	$(PY) -m connectors.spark.pyspark_zip  # Spark's Python processes then stop compiling pyspark at every start
 	touch $(STAMP)
 
 # ZooKeeper (the real-ZooKeeper test tier) and nats-server (the peer in `bench peers`) from Debian packages;

@@ -37,7 +37,7 @@ from connectors.spark.offsets import (
     EARLIEST, Offset, after, decode_offsets, encode_offsets, lost_range, message_key, range_entries, split_range,
 )
 from connectors.spark.options import MagnetarOptionError, SourceOptions
-from connectors.spark.rows import MessageColumns
+from connectors.spark.rows import EntryColumns
 from connectors.spark.schemas import ExpandedRows, ValueDecoder, expanded_arrow_schema
 from connectors.spark.security import ClientSecurity
 from magnetar.topic_name import split_topic
@@ -76,20 +76,6 @@ def _arrow_schema():
                       ("properties", pa.map_(pa.string(), pa.string()))])
 
 
-class _Rows(MessageColumns):
-    def __init__(self, topic: str, partition: int):
-        super().__init__(topic)
-        self.partition = partition
-
-    def record_batch(self, schema):
-        import pyarrow as pa
-
-        n = len(self)
-        columns = [self.keys, self.values, [self.topic] * n, [self.partition] * n, self.ids, self.publish_times,
-                   self.event_times, self.properties]
-        return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
-
-
 def _in_range(entry, start: Offset, end: Offset) -> tuple[int, int, bool]:
     """``(first, stop, done)``: the entry's messages in (start, end] are ``first`` to ``stop`` (exclusive);
     ``done`` when the range ends within this entry. Keys rise with the batch index within an entry."""
@@ -115,7 +101,15 @@ def _last_of(entry, batch_index: int, end: Offset) -> bool:
     return batch_index < 0 or batch_index >= entry.batch_size - 1
 
 
-def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 2_000,
+# A record batch's values stay well inside Arrow's 2 GiB binary offsets (and a task's memory) whatever the
+# message sizes: a batch ends at this many payload bytes even before ``chunk`` rows.
+MAX_BATCH_BYTES = 64 << 20
+# The reader's permits: messages the broker may push ahead of the task. Kept at what it was when a record batch was
+# 2,000 rows, since a message may be up to 5 MiB; the record batch fills over several receives instead.
+RECEIVER_QUEUE_MESSAGES = 2_000
+
+
+def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int, chunk: int = 10_000,
                security: ClientSecurity = ClientSecurity(), value_schema: dict | None = None) -> Iterator:
     """The messages of one range as Arrow record batches of about ``chunk`` rows, from a non-durable reader on a
     private event loop. The reader hands over whole entries (``receive_entries``), turned into columns; with
@@ -131,7 +125,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
     try:
         client = loop.run_until_complete(_async_client(AsyncClient, service_url, security))
         if value_schema is None:
-            schema, new_rows = _arrow_schema(), lambda: _Rows(topic, index)
+            schema, new_rows = _arrow_schema(), lambda: EntryColumns(topic, index)
         else:
             schema = expanded_arrow_schema(value_schema)
             decoder = ValueDecoder(value_schema, lambda version: json.loads(
@@ -139,7 +133,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
             new_rows = lambda: ExpandedRows(topic, decoder)  # noqa: E731
         first = MessageId.earliest if start.is_earliest else MessageId(ledger_id=start.ledger, entry_id=start.entry)
         reader = loop.run_until_complete(client.create_reader(tp, first, start_message_id_inclusive=True,
-                                                              receiver_queue_size=chunk))
+                                                              receiver_queue_size=RECEIVER_QUEUE_MESSAGES))
         rows = new_rows()
         done = False
         while not done:
@@ -155,7 +149,7 @@ def read_range(service_url: str, partition: RangePartition, poll_timeout_ms: int
                     rows.add(entry, begin, stop)
                 if done:
                     break
-            if len(rows) >= chunk or (done and len(rows)):
+            if len(rows) >= chunk or rows.nbytes >= MAX_BATCH_BYTES or (done and len(rows)):
                 yield rows.record_batch(schema)
                 rows = new_rows()
     finally:

@@ -76,6 +76,18 @@ def test_the_hostile_suite_gets_a_row_per_attack_with_its_verdict(tmp_path):
     assert "Reproduce: `python -m loadtest.bench hostile" in section
 
 
+def test_the_spark_section_has_the_warm_query_beside_the_cold_one(tmp_path):
+    doc = copy.deepcopy(DOC)
+    spark = doc["results"]["spark"]
+    spark["warm"] = {"magnetar_source": {"rows": 1_000_000, "seconds": 4.0, "rows_per_s": 250_000.0},
+                     "rate_source": {"rows": 1_000_000, "seconds": 2.0, "rows_per_s": 500_000.0}, "ratio": 0.5}
+    text = write_report(doc, tmp_path, "x").read_text()
+    section = text.split("## Spark source", 1)[1].split("\n## ", 1)[0]
+    assert "| warm | magnetar | 1,000,000 | 4.00 | 250,000 |" in section
+    assert "| warm | ratio |  |  | 0.50 |" in section
+    assert f"| cold | ratio |  |  | {spark['ratio']:.2f} |" in section
+
+
 def _with_rabbitmq(doc: dict, stream_mb_per_s: dict[str, float]) -> dict:
     """The peers result as `bench peers` now writes it: both RabbitMQ kinds and the per-size ratios."""
     from loadtest.bench.peers import ratios_by_size

@@ -165,6 +165,29 @@ async def test_receive_entries_hands_over_what_receive_left_of_an_entry():
     assert [m.message_id() for m in rest] == [MessageId(-1, 3, 7, i, 10) for i in range(10)]
 
 
+async def test_once_read_by_entries_whole_batches_are_queued_unsplit_and_give_the_same_messages():
+    frames = [batch_frame(5, 4), batch_frame(6, 3, with_fields=False),
+              batch_frame(7, 70, ack_set=_bitset({1, 3, 64, 69}, 70)),  # partly acknowledged: split as before
+              single_frame(8, b"e8"), batch_frame(9, 50, compression=CompressionType.LZ4)]
+    by_message, conn, _ = make_consumer()
+    for frame in frames:
+        conn.data_received(frame)
+    expected = await drain(by_message)
+    consumer, conn, _ = make_consumer()
+    conn.data_received(batch_frame(4, 2))
+    assert (await consumer.receive_entries(timeout_millis=0))[0].layout is None  # queued before the first call
+    for frame in frames:
+        conn.data_received(frame)
+    entries = await consumer.receive_entries(max_messages=1000, timeout_millis=0)
+    assert [(e.entry_id, e.layout is not None) for e in entries] == [(5, True), (6, True), (7, False), (8, False),
+                                                                    (9, True)]
+    assert sorted(entries[0].layout.rich) == [0, 1, 2, 3] and entries[1].layout.rich == {}
+    got = [e.message(i) for e in entries for i in range(len(e))]
+    fields = lambda m: (m.data(), m.message_id(), m.partition_key(), m.event_timestamp(), m.properties())  # noqa: E731
+    assert [fields(m) for m in got] == [fields(m) for m in expected]
+    assert len(got) == 4 + 3 + 4 + 1 + 50
+
+
 async def test_permits_are_granted_again_for_every_message_handed_out():
     consumer, conn, transport = make_consumer(queue_size=10)
     for entry in range(6):

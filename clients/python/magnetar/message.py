@@ -165,21 +165,39 @@ class ReceivedEntry:
     and ``payloads`` are parallel: the batch index of each message kept (-1 for a message sent without
     batching), its ``SingleMessageMetadata`` (None without batching) and its payload. ``batch_size`` is
     the number of messages in the producer's batch (0 without batching), whether or not all were kept.
+
+    A consumer read through ``receive_entries`` keeps a whole batch as its ``layout``
+    (magnetar/protocol/batch_layout.py) instead: ``singles`` and ``payloads`` are then made only if asked
+    for, and a columnar reader takes the payloads straight from the batch.
     """
 
     __slots__ = ("topic", "partition", "ledger_id", "entry_id", "batch_size", "metadata", "redelivery_count",
-                 "indexes", "singles", "payloads", "chunks")
+                 "indexes", "_singles", "_payloads", "chunks", "layout")
 
     def __init__(self, topic: str, partition: int, ledger_id: int, entry_id: int, batch_size: int,
                  metadata: pb.MessageMetadata, redelivery_count: int, indexes: Sequence[int],
-                 singles: list, payloads: list[bytes], chunks: Sequence[tuple[int, int]] = ()):
+                 singles: list | None, payloads: list[bytes] | None, chunks: Sequence[tuple[int, int]] = (),
+                 layout=None):
         self.topic, self.partition, self.ledger_id, self.entry_id = topic, partition, ledger_id, entry_id
         self.batch_size, self.metadata, self.redelivery_count = batch_size, metadata, redelivery_count
-        self.indexes, self.singles, self.payloads = indexes, singles, payloads
+        self.indexes, self._singles, self._payloads = indexes, singles, payloads
         self.chunks = chunks or ()  # earlier entries of a chunked message, acknowledged with it
+        self.layout = layout  # a whole batch, unsplit (then indexes is every index of it)
+
+    @property
+    def singles(self) -> list:
+        if self._singles is None:
+            self._singles = self.layout.singles()
+        return self._singles
+
+    @property
+    def payloads(self) -> list[bytes]:
+        if self._payloads is None:
+            self._payloads = self.layout.payloads()
+        return self._payloads
 
     def __len__(self) -> int:
-        return len(self.payloads)
+        return len(self.indexes)
 
     def __repr__(self):
         return f"ReceivedEntry({self.ledger_id}:{self.entry_id}, {len(self)} messages)"

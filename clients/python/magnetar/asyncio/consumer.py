@@ -30,6 +30,7 @@ from magnetar.compression import CompressionError, decompress
 from magnetar.errors import AlreadyClosed, InvalidConfiguration, InvalidMessage, MagnetarError, Timeout
 from magnetar.message import Message, MessageId, ReceivedEntry
 from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.batch_layout import scan_batch
 from magnetar.protocol.frames import split_batch
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class AsyncConsumer:
                  retry_enable: bool = False, schema=None, is_read_compacted: bool = False):
         self.client = client
         self.read_compacted = bool(is_read_compacted)  # read the topic's compacted view up to its horizon
+        # Once read through receive_entries, batches are queued unsplit (ReceivedEntry.layout): a columnar
+        # reader never needs a SingleMessageMetadata object for a message without key, properties or event time.
+        self._keep_layout = False
         self._topic = topic
         self.schema = schema  # a magnetar.schema.Schema declared in SUBSCRIBE and used by Message.value()
         self._schema_reader = SchemaReader(client, schema) if schema is not None else None
@@ -173,6 +177,10 @@ class AsyncConsumer:
         first = self._first_kept_index(ledger, entry)
         if md.HasField("num_messages_in_batch"):  # a producer batch (even of one message)
             size = md.num_messages_in_batch
+            if self._keep_layout and first <= 0 and not len(cmd.ack_set) and not self.read_compacted:
+                self._enqueue(ReceivedEntry(self._topic, self.partition, ledger, entry, size, md, redelivery,
+                                            range(size), None, None, layout=scan_batch(payload, size)))
+                return
             singles, payloads = split_batch(payload, size)
             indexes = range(size)
             acked = _acked_indexes(cmd.ack_set, size)
@@ -293,6 +301,7 @@ class AsyncConsumer:
         """What is queued as whole entries (magnetar's own bulk read, not in pulsar-client): at least one message,
         then whole entries while fewer than ``max_messages`` are taken. Each message counts as received, exactly
         as with receive(); the entries give their messages' fields as columns. Raises Timeout."""
+        self._keep_layout = True
         await self._wait_for_messages(timeout_millis)
         out, count = [], 0
         while self._entries and count < max_messages:
