@@ -29,7 +29,7 @@ the process that owns its topic.
 
 Children run in their own sessions (Ctrl-C reaches only the supervisor, which
 stops them in order: workers, then bookies, then the metadata server) and
-ask the kernel for SIGTERM should the supervisor die (``PR_SET_PDEATHSIG``),
+ask the kernel for SIGKILL should the supervisor die (``PR_SET_PDEATHSIG``),
 so none outlives it. A child that exits on its own is reported and restarted
 after ``restart_delay_s``; meanwhile its metadata session is gone with its
 socket, so the other workers take its bundles at the next lookup.
@@ -261,9 +261,13 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux for SIGTERM when the supervisor dies; if it already has, stop now."""
+    """Ask Linux for SIGKILL when the supervisor dies; if it already has, stop now.
+
+    SIGKILL, not SIGTERM: with the supervisor gone the metadata store is gone, so a graceful stop could release
+    nothing and would wait on the store; a crash loses nothing acknowledged (bookies acknowledge after fsync,
+    metadata is written through), and kill -9 of any part is a fault the system is built to survive."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the supervisor's own stop is the only guarantee
         pass
     if os.getppid() != parent_pid:

@@ -268,7 +268,10 @@ class BookieProcess(ServiceProcess):
 
 @dataclass
 class BrokerProcess(ServiceProcess):
-    """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports."""
+    """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports.
+
+    The standalone runs ``--single-process`` unless ``workers`` is set: then a supervisor with bookie and
+    ``workers`` broker-worker processes (broker/workers.py), worker 0 on ``port``/``http_port``."""
 
     data_dir: Path
     metadata_url: str | None = None
@@ -284,6 +287,7 @@ class BrokerProcess(ServiceProcess):
     proxy: "NetProxyProcess | None" = None
     advertised_port: int | None = None
     advertised_http_port: int | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.proxy is not None and self.advertised_port is None:
@@ -326,13 +330,32 @@ class BrokerProcess(ServiceProcess):
     def health_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}/health"  # the process itself, not through its proxy link
 
+    def spawn(self) -> subprocess.Popen:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        return super().spawn()
+
+    def is_healthy(self) -> bool:
+        """Worker 0's /health, and with workers the supervisor's ready line (every worker is up) in this run's log."""
+        if not super().is_healthy():
+            return False
+        return self.workers is None or self.SUPERVISOR_READY in self.log_since_start()
+
+    SUPERVISOR_READY = "broker standalone ready ("
+
+    def log_since_start(self) -> str:
+        """What this incarnation wrote to the (appended) log."""
+        with open(self.log_path, "rb") as f:
+            f.seek(getattr(self, "_log_start", 0))
+            return f.read().decode(errors="replace")
+
     def command(self) -> list[str]:
         common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
                   *self.extra_args]
         if self.metadata_url is not None:
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
+        mode = ["--single-process"] if self.workers is None else ["--workers", str(self.workers)]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), *common]
+                "--bookie-port", str(self.bookie_port), *mode, *common]
 
 
 @dataclass
