@@ -38,7 +38,6 @@ socket, so the other workers take its bundles at the next lookup.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import dataclasses
 import logging
 import os
@@ -185,7 +184,7 @@ class Supervisor:
 
     async def _spawn(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "broker.workers", child.name, stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "broker.worker_child", child.name, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
         child.proc.stdin.write(pickle.dumps((child.kind, child.config, os.getpid(), self.log_level)))
         child.proc.stdin.close()
@@ -252,42 +251,3 @@ class Supervisor:
             await proc.wait()
         except ProcessLookupError:
             pass
-
-
-# ---- the child side ------------------------------------------------------------------------------------
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux for SIGKILL when the supervisor dies; if it already has, stop now.
-
-    SIGKILL, not SIGTERM: with the supervisor gone the metadata store is gone, so a graceful stop could release
-    nothing and would wait on the store; a crash loses nothing acknowledged (bookies acknowledge after fsync,
-    metadata is written through), and kill -9 of any part is a fault the system is built to survive."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the supervisor's own stop is the only guarantee
-        pass
-    if os.getppid() != parent_pid:
-        sys.exit(1)
-
-
-def child_main(name: str) -> int:
-    kind, config, parent_pid, log_level = pickle.loads(sys.stdin.buffer.read())
-    _die_with_parent(parent_pid)
-    logging.basicConfig(level=log_level.upper(),
-                        format=f"%(asctime)s %(levelname)s [{name}] %(name)s: %(message)s")
-    from broker.cli import _serve, _use_uvloop
-
-    _use_uvloop()
-    if kind == "bookie":
-        from storage.bookie.cli import _serve as serve_bookie
-
-        return asyncio.run(serve_bookie([config], standalone=False))
-    return asyncio.run(_serve(config, None, None))
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1]))

@@ -35,8 +35,8 @@ def children_of(pid: int) -> dict[str, int]:
         except OSError:
             continue  # exited meanwhile
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid and b"broker.workers" in argv:
-            found[argv[argv.index(b"broker.workers") + 1].decode()] = int(entry.name)
+        if ppid == pid and b"broker.worker_child" in argv:
+            found[argv[argv.index(b"broker.worker_child") + 1].decode()] = int(entry.name)
     return found
 
 
