@@ -358,6 +358,40 @@ class BrokerProcess(ServiceProcess):
                 "--bookie-port", str(self.bookie_port), *mode, *common]
 
 
+def standalone_children(pid: int) -> dict[str, int]:
+    """The children of a multi-process standalone's supervisor by name (``worker-0``, ``bookie-a``, ...), from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # exited meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"broker.worker_child" in argv:
+            found[argv[argv.index(b"broker.worker_child") + 1].decode()] = int(entry.name)
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """False once the process is gone or a zombie (dead, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class BookieCluster:
     """N bookie processes spread round-robin over zones, sharing one metadata store."""

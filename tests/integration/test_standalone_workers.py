@@ -17,35 +17,10 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from storage.testing.processes import BrokerProcess
+from storage.testing.processes import BrokerProcess, process_alive as alive, standalone_children as children_of
 from storage.testing.waiting import wait_until
 
 WORKERS = 2
-
-
-def children_of(pid: int) -> dict[str, int]:
-    """The supervisor's children by name (``worker-0``, ``bookie-a``, ...), read from /proc."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # exited meanwhile
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid and b"broker.worker_child" in argv:
-            found[argv[argv.index(b"broker.worker_child") + 1].decode()] = int(entry.name)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def owner_url(broker: BrokerProcess, topic: str) -> str:
