@@ -16,7 +16,7 @@ expected ratio on 8 and 16 cores (``model``): a worker and a bookie are one Pyth
 throughput ≤ min(workers / worker_cost, 3 / bookie_cost, cores / (worker_cost + bookie_cost)),
 plus the disk's fsync'd bandwidth for produce. Clients are assumed to run elsewhere in the model.
 
-Child side: ``python -m loadtest.bench.cores client produce|catchup URL TOPIC COUNT``.
+Child side: ``python -m loadtest.bench.cores client produce|catchup URL TOPIC COUNT BATCH``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ BOOKIES = 3
 WRITE_QUORUM = 2
 WRITES_PER_REPLICA = 2  # journal and entry log
 MODEL_CORES = (8, 16)
+# (name, client phase, batch size, share of the message count). In this order: the catch-up drains what the
+# batched produce wrote; the small batches come after it, so they are not part of that backlog.
+PHASES = (("produce", "produce", 1000, 1.0), ("catchup", "catchup", 1000, 1.0), ("produce-small", "produce", 10, 0.1))
 
 
 def cores() -> int:
@@ -52,7 +55,7 @@ def cores() -> int:
 # ---- the client processes ------------------------------------------------------------------------------
 
 
-def _client_main(phase: str, url: str, topic: str, count: int) -> None:
+def _client_main(phase: str, url: str, topic: str, count: int, batch: int) -> None:
     import pulsar
 
     client = pulsar.Client(url, operation_timeout_seconds=60, io_threads=1,
@@ -60,7 +63,7 @@ def _client_main(phase: str, url: str, topic: str, count: int) -> None:
     body = b"x" * MESSAGE_BYTES
     if phase == "produce":
         client.subscribe(topic, "bench").close()  # the catch-up phase drains this subscription
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=batch,
                                           batching_max_publish_delay_ms=5, max_pending_messages=50_000,
                                           block_if_queue_full=True, send_timeout_millis=0)
         for _ in range(WARMUP):
@@ -84,8 +87,9 @@ def _client_main(phase: str, url: str, topic: str, count: int) -> None:
     client.close()
 
 
-def _run_clients(phase: str, url: str, topics: list[str], count: int) -> dict:
-    procs = [subprocess.Popen([sys.executable, "-m", "loadtest.bench.cores", "client", phase, url, topic, str(count)],
+def _run_clients(phase: str, url: str, topics: list[str], count: int, batch: int) -> dict:
+    procs = [subprocess.Popen([sys.executable, "-m", "loadtest.bench.cores", "client", phase, url, topic, str(count),
+                               str(batch)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for topic in topics]
     try:
         for proc in procs:
@@ -158,14 +162,24 @@ def _deployment(root: Path, label: str, workers: int | None, topics_count: int, 
         pids = standalone_children(broker.proc.pid) if workers else {"standalone": broker.proc.pid}
         topics = _topics(broker, topics_count, workers or 1, label)
         result: dict = {"label": label, "workers": workers, "topics": len(topics)}
-        for phase in ("produce", "catchup"):
+        for name, phase, batch, share in PHASES:
+            n = int(count * share) + (WARMUP if phase == "catchup" else 0)
             before = _cpu(pids)
-            run = _run_clients(phase, broker.service_url, topics, count if phase == "produce" else count + WARMUP)
+            run = _run_clients(phase, broker.service_url, topics, n, batch)
             after = _cpu(pids)
-            result[phase] = {**run, **_costs(before, after, run["messages"], run["client_cpu_s"])}
+            result[name] = {**run, "batch": batch, **_costs(before, after, run["messages"], run["client_cpu_s"])}
         return result
     finally:
         broker.stop(timeout_s=60)
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """Per phase, the round with the median rate (its CPU figures with it), and every round's rate."""
+    out = {"label": runs[0]["label"], "workers": runs[0]["workers"], "topics": runs[0]["topics"]}
+    for name, *_ in PHASES:
+        ordered = sorted((r[name] for r in runs), key=lambda p: p["msg_per_s"])
+        out[name] = {**ordered[len(ordered) // 2], "rounds_msg_per_s": [r[name]["msg_per_s"] for r in runs]}
+    return out
 
 
 # ---- the model -----------------------------------------------------------------------------------------
@@ -173,9 +187,10 @@ def _deployment(root: Path, label: str, workers: int | None, topics_count: int, 
 
 def capacity_msg_per_s(cores_: int, workers: int, worker_cpu_s_per_m: float, bookie_cpu_s_per_m: float,
                        disk_bytes_per_s: float | None, message_bytes: int = MESSAGE_BYTES) -> dict:
-    """The model: each limit in msg/s, and the least of them. Worker and bookie are one Python thread each
-    (a process per worker, 3 bookie processes sharing the entries evenly), every process needs CPU from the
-    same ``cores_``, and a produced byte is written WRITE_QUORUM x WRITES_PER_REPLICA times on one disk."""
+    """The model: each limit in msg/s, and the least of them. A worker and a bookie are one Python thread each
+    (a process per worker; 3 bookie processes sharing the entries evenly); every process needs CPU from the same
+    ``cores_``; a produced message is fsync'd in WRITE_QUORUM journals on one disk (the entry logs are written
+    later in large unsynced writes, and are left out)."""
     w, b = worker_cpu_s_per_m / 1e6, bookie_cpu_s_per_m / 1e6
     limits = {
         "workers": workers / w if w else float("inf"),
@@ -183,44 +198,52 @@ def capacity_msg_per_s(cores_: int, workers: int, worker_cpu_s_per_m: float, boo
         "cores": cores_ / (w + b) if w + b else float("inf"),
     }
     if disk_bytes_per_s:
-        limits["disk"] = disk_bytes_per_s / (message_bytes * WRITE_QUORUM * WRITES_PER_REPLICA)
+        limits["disk"] = disk_bytes_per_s / (message_bytes * WRITE_QUORUM)
     bound = min(limits, key=limits.get)
     return {"msg_per_s": limits[bound], "bound_by": bound, "limits": limits}
 
 
 def model(reference: dict, disk_bytes_per_s: float) -> dict:
-    """From the 1-worker run's per-message CPU costs: expected N-worker / 1-worker ratios on bigger machines."""
+    """From the 1-worker run's CPU per message: N workers against 1 on bigger machines, with this one disk and with
+    a disk that is never the limit (clients run elsewhere)."""
     out = {}
-    for phase in ("produce", "catchup"):
-        costs = reference[phase]
-        disk = disk_bytes_per_s if phase == "produce" else None
+    for name, phase, *_ in PHASES:
+        costs = reference[name]
         rows = {}
         for n in MODEL_CORES:
-            one = capacity_msg_per_s(n, 1, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
-            many = capacity_msg_per_s(n, n, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
-            rows[str(n)] = {"one_worker": one, "n_workers": many, "ratio": many["msg_per_s"] / one["msg_per_s"]}
-        out[phase] = rows
+            row = {}
+            for disk_label, disk in (("this_disk", disk_bytes_per_s if phase == "produce" else None), ("cpu_only", None)):
+                one = capacity_msg_per_s(n, 1, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
+                many = capacity_msg_per_s(n, n, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
+                row[disk_label] = {"one_worker": one, "n_workers": many, "ratio": many["msg_per_s"] / one["msg_per_s"]}
+            rows[str(n)] = row
+        out[name] = rows
     return out
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, rounds: int | None = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-cores-"))
     n = cores()
-    count = 20_000 if quick else 250_000
+    count = 20_000 if quick else 200_000
+    rounds = rounds or (1 if quick else 3)
     topics = TOPICS_PER_WORKER * max(n, 1)
     disk = fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0)
     results: dict = {"cores": n, "disk_64k": disk}
-    deployments = [("single-process", None), ("1-worker", 1), (f"{n}-workers", n)] if n > 1 else [
-        ("single-process", None), ("1-worker", 1)]
-    for label, workers in deployments:
-        results[label] = _deployment(root, label, workers, topics, count)
+    deployments = [("single-process", None), ("1-worker", 1)] + ([(f"{n}-workers", n)] if n > 1 else [])
+    runs: dict[str, list[dict]] = {label: [] for label, _ in deployments}
+    for i in range(rounds):  # round-robin, so the shared machine's drift hits every deployment alike
+        for label, workers in deployments:
+            runs[label].append(_deployment(root / f"round-{i}", label, workers, topics, count))
+    for label, _ in deployments:
+        results[label] = _median_run(runs[label])
     ref = results["1-worker"]
     for label, _ in deployments:
-        for phase in ("produce", "catchup"):
-            results[label][phase]["ratio_to_1_worker"] = results[label][phase]["msg_per_s"] / ref[phase]["msg_per_s"]
+        for name, *_ in PHASES:
+            results[label][name]["ratio_to_1_worker"] = results[label][name]["msg_per_s"] / ref[name]["msg_per_s"]
     results["model"] = model(ref, disk["mb_per_s"] * 1e6)
     results["config"] = {"ensemble": 2, "write_quorum": 2, "ack_quorum": 2, "bookies": BOOKIES, "fsync": True,
                          "message_bytes": MESSAGE_BYTES, "messages_per_topic": count, "topics": topics,
+                         "rounds": rounds, "phases": [list(p) for p in PHASES],
                          "client": "pulsar-client (official), one process per topic", "quick": quick,
                          "deployment": "broker standalone --workers K (bookie processes) and --single-process"}
     _print(results, [label for label, _ in deployments])
@@ -231,28 +254,34 @@ def _print(r: dict, labels: list[str]) -> None:
     rows = []
     for label in labels:
         d = r[label]
-        for phase in ("produce", "catchup"):
-            p = d[phase]
-            rows.append({"deployment": label, "phase": phase, "msg/s": p["msg_per_s"],
+        for name, *_ in PHASES:
+            p = d[name]
+            rows.append({"deployment": label, "phase": name, "msg/s": p["msg_per_s"],
                          "ratio_to_1_worker": p["ratio_to_1_worker"],
+                         "rounds": " ".join(f"{v / 1000:.0f}k" for v in p["rounds_msg_per_s"]),
                          "worker_cpu_s/M": p["worker_cpu_s_per_m"] or p["single_process_cpu_s_per_m"],
                          "bookie_cpu_s/M": p["bookie_cpu_s_per_m"], "client_cpu_s/M": p["client_cpu_s_per_m"]})
-    print_table(f"use every core: {r['config']['topics']} topics, one client process each, 100 B batched, "
-                f"E2/Qw2/Qa2, {r['cores']} cores (reference: 1 worker, same run)", rows,
-                ["deployment", "phase", "msg/s", "ratio_to_1_worker", "worker_cpu_s/M", "bookie_cpu_s/M",
+    print_table(f"use every core: {r['config']['topics']} topics, one client process each, 100 B, E2/Qw2/Qa2, "
+                f"{r['cores']} cores, median of {r['config']['rounds']} (reference: 1 worker, same run)", rows,
+                ["deployment", "phase", "msg/s", "ratio_to_1_worker", "rounds", "worker_cpu_s/M", "bookie_cpu_s/M",
                  "client_cpu_s/M"])
     model_rows = []
-    for phase, by_cores in r["model"].items():
-        for n, m in by_cores.items():
-            model_rows.append({"phase": phase, "cores": n, "1 worker msg/s": m["one_worker"]["msg_per_s"],
-                               "bound": m["one_worker"]["bound_by"], f"N workers msg/s": m["n_workers"]["msg_per_s"],
-                               "bound ": m["n_workers"]["bound_by"], "ratio": m["ratio"]})
-    print_table("model (from the 1-worker run's CPU per message; clients elsewhere)", model_rows,
-                ["phase", "cores", "1 worker msg/s", "bound", "N workers msg/s", "bound ", "ratio"])
+    for name, by_cores in r["model"].items():
+        for n, row in by_cores.items():
+            for disk_label, m in row.items():
+                if name == "catchup" and disk_label == "this_disk":
+                    continue  # no disk term for reads
+                model_rows.append({"phase": name, "cores": n, "disk": disk_label,
+                                   "1 worker msg/s": m["one_worker"]["msg_per_s"], "bound": m["one_worker"]["bound_by"],
+                                   "N workers msg/s": m["n_workers"]["msg_per_s"], "bound ": m["n_workers"]["bound_by"],
+                                   "ratio": m["ratio"]})
+    print_table(f"model (from the 1-worker run's CPU per message; clients elsewhere; disk "
+                f"{r['disk_64k']['mb_per_s']:.0f} MB/s fsync'd in 64 KiB writes)", model_rows,
+                ["phase", "cores", "disk", "1 worker msg/s", "bound", "N workers msg/s", "bound ", "ratio"])
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "client":
-        _client_main(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if len(sys.argv) == 7 and sys.argv[1] == "client":
+        _client_main(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
     else:
-        sys.exit("usage: python -m loadtest.bench.cores client produce|catchup URL TOPIC COUNT")
+        sys.exit("usage: python -m loadtest.bench.cores client produce|catchup URL TOPIC COUNT BATCH")
