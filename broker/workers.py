@@ -145,6 +145,7 @@ class Supervisor:
         self.server = None
         self.bookies: list[Child] = []
         self.brokers: list[Child] = []
+        self._private_socket_dir: Path | None = None  # made for a socket path too long under data_dir
         self._started = False
         self._stopping = False
         self._watchers: set[asyncio.Task] = set()
@@ -163,7 +164,10 @@ class Supervisor:
         file_url = metadata_url(self.data_dir)
         self.store = await open_store(file_url)  # takes the directory's flock, and keeps the tree open
         try:
-            self.server = await MetadataServer.start(file_url, socket_path(self.data_dir))
+            path = socket_path(self.data_dir)
+            if path.parent != self.data_dir:
+                self._private_socket_dir = path.parent
+            self.server = await MetadataServer.start(file_url, path)
             url = self.server.url
             plans = plan_workers(self.config, self.workers, url, lambda: loopback_port(self.config.host))
             self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c)
@@ -235,6 +239,8 @@ class Supervisor:
             task.cancel()
         if self.server is not None:
             await self.server.close()
+        if self._private_socket_dir is not None:
+            self._private_socket_dir.rmdir()
         if self.store is not None:
             await self.store.close()
 

@@ -74,3 +74,14 @@ def test_the_hostile_suite_gets_a_row_per_attack_with_its_verdict(tmp_path):
     assert verdicts["ACKs of random far-future positions, 1,000 ids per ACK, back to back"] == "**p99 not met**"
     assert verdicts["connections that never send CONNECT"] == "**met**"
     assert "Reproduce: `python -m loadtest.bench hostile" in section
+
+
+def test_the_cores_suite_gets_its_table_and_model(tmp_path):
+    doc = copy.deepcopy(DOC)
+    doc["results"]["cores"] = json.loads((Path(__file__).parent / "data" / "bench-cores-quick.json").read_text())["results"]
+    text = write_report(doc, tmp_path, "python -m loadtest.bench all --report docs/").read_text()
+    section = text.split("## Use every core: broker workers", 1)[1].split("\n## ", 1)[0]
+    assert "| 1-worker (reference) | produce, batches of up to 1,000 | 69,353 | 1.00 |" in section
+    assert "| 2-workers | catch-up read | 152,911 | 1.47 |" in section
+    assert "| produce, batches of 10 | 16 | CPU only | 21,622 (workers) | 80,000 (bookies) | 3.70 |" in section
+    assert "Reproduce: `python -m loadtest.bench cores" in section
