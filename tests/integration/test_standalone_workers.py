@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -145,3 +146,18 @@ def test_children_die_with_a_killed_supervisor(workers_standalone):
     wait_until(lambda: not [pid for pid in children.values() if alive(pid)], 60,
                lambda: f"children to exit after the supervisor's kill -9; alive: "
                        f"{[n for n, p in children.items() if alive(p)]}")
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--workers", "0"], "--workers must be between 1 and 64"),
+    (["--workers", "2", "--port", "0"], "port 0 (any) cannot be the cluster's advertised port"),
+])
+def test_a_plan_that_cannot_work_is_refused_before_any_child_starts(tmp_path, flags, reason):
+    from storage.testing.processes import VENV_BIN, free_port
+
+    result = subprocess.run([str(VENV_BIN / "broker"), "standalone", "--data-dir", str(tmp_path / "data"),
+                             "--http-port", str(free_port()), "--stream-port", str(free_port()), *flags],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert reason in result.stderr
+    assert "ready (" not in result.stdout and not (tmp_path / "data" / "metadata.sock").exists()
