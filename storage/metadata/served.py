@@ -117,12 +117,14 @@ class _Session(asyncio.Protocol):
                 return None if stat is None else stat_fields(stat)
             if op == "create":
                 path, data, ephemeral, sequential, make_parents = args
-                return await store.create(path, data, ephemeral=ephemeral, sequential=sequential,
-                                          make_parents=make_parents)
+                return await store.create(path, _data(data), ephemeral=bool(ephemeral), sequential=bool(sequential),
+                                          make_parents=bool(make_parents))
             if op == "set":
-                return stat_fields(await store.set(*args))
+                path, data, version = args
+                return stat_fields(await store.set(path, _data(data), _version(version)))
             if op == "delete":
-                await store.delete(*args)
+                path, version = args
+                await store.delete(path, _version(version))
                 return None
             if op == "children":
                 return await store.children(*args)
@@ -137,7 +139,7 @@ class _Session(asyncio.Protocol):
                 await store.expire_session()
                 return store.session_id
             return None  # close: the session ends in _run once this is answered
-        except TypeError as exc:  # wrong arity or argument types from the wire
+        except (TypeError, ValueError) as exc:  # wrong arity or argument types from the wire
             raise BadArgumentsError(f"bad arguments for metadata operation {op!r}: {exc}") from exc
 
     def _watch(self, watch_id: int, kind: str, path: str) -> None:
@@ -154,6 +156,19 @@ class _Session(asyncio.Protocol):
         if old is not None:
             old.cancel()
         self._watches[watch_id] = register(path, fire)
+
+
+def _data(value) -> bytes:
+    # bytes(n) of an integer would allocate n zero bytes: only real bytes are node data.
+    if not isinstance(value, bytes):
+        raise BadArgumentsError(f"node data must be bytes, not {type(value).__name__}")
+    return value
+
+
+def _version(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadArgumentsError(f"expected version must be an integer, not {type(value).__name__}")
+    return value
 
 
 class MetadataServer:

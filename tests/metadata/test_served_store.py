@@ -105,3 +105,14 @@ async def test_a_client_outlives_a_server_restart_as_a_new_session_with_its_watc
         await store.close()
     finally:
         await restarted.close()
+
+
+async def test_wrongly_typed_arguments_are_refused_by_name(served):
+    """A client that sends an integer as node data would otherwise make the server allocate that many bytes."""
+    store = await open_store(served.url)
+    for op, args in (("create", ["/n", 10**9, False, False, False]), ("set", ["/n", b"x", "0"]),
+                     ("create", ["/n"]), ("delete", ["/n", 1.5])):
+        with pytest.raises(BadArgumentsError):
+            await store._call(op, *args)
+    assert await store.exists("/n") is None  # nothing was created, and the session goes on
+    await store.close()
