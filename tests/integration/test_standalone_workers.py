@@ -18,7 +18,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from storage.testing.processes import BrokerProcess, process_alive as alive, standalone_children as children_of
+from storage.testing.processes import BrokerProcess, process_alive as alive, standalone_children
 from storage.testing.waiting import wait_until
 
 WORKERS = 2
@@ -63,7 +63,7 @@ def topics_on_each_worker(broker: BrokerProcess, client: pulsar.Client, prefix: 
 
 def test_topics_land_on_every_worker_and_a_killed_worker_is_taken_over_and_restarted(workers_standalone):
     broker = workers_standalone()
-    children = children_of(broker.proc.pid)
+    children = standalone_children(broker.proc.pid)
     assert sorted(children) == ["bookie-a", "bookie-b", "bookie-c"] + [f"worker-{i}" for i in range(WORKERS)]
     client = official_client(broker)
     try:
@@ -101,7 +101,7 @@ def test_topics_land_on_every_worker_and_a_killed_worker_is_taken_over_and_resta
         wait_until(lambda: log().count("[worker-1] broker ") >= 2 and
                    log().rsplit("exited with status -9", 1)[1].count("[worker-1] broker ") >= 1, 120,
                    "the killed worker to be restarted and ready")
-        restarted = children_of(broker.proc.pid)
+        restarted = standalone_children(broker.proc.pid)
         assert restarted["worker-1"] != children["worker-1"]
         assert {k: v for k, v in restarted.items() if k != "worker-1"} == {
             k: v for k, v in children.items() if k != "worker-1"}
@@ -110,18 +110,26 @@ def test_topics_land_on_every_worker_and_a_killed_worker_is_taken_over_and_resta
         client.close()
 
 
-def test_sigterm_stops_every_child_and_the_data_restarts_in_either_mode(workers_standalone, tmp_path):
+def test_a_killed_bookie_returns_sigterm_stops_every_child_and_the_data_restarts_in_either_mode(workers_standalone, tmp_path):
     broker = workers_standalone()
-    children = children_of(broker.proc.pid)
+    children = standalone_children(broker.proc.pid)
     assert len(children) == 3 + WORKERS
     client = official_client(broker)
     topics = list(topics_on_each_worker(broker, client, "durable").values())
-    for topic in topics:
-        producer = client.create_producer(topic)
-        for i in range(50):
+    producers = [client.create_producer(topic) for topic in topics]
+    for topic, producer in zip(topics, producers):
+        for i in range(25):
+            producer.send(f"{topic[-1]}{i}".encode())
+    # A bookie killed with kill -9 comes back under its own id: its cookie still matches its data.
+    os.kill(children["bookie-a"], signal.SIGKILL)
+    wait_until(lambda: broker.log_since_start().count("[bookie-a] bookie standalone-bookie-a ready (") == 2, 120,
+               "the killed bookie to be restarted and ready")
+    for topic, producer in zip(topics, producers):
+        for i in range(25, 50):
             producer.send(f"{topic[-1]}{i}".encode())
         producer.close()
     client.close()
+    children = standalone_children(broker.proc.pid)
 
     assert broker.stop(timeout_s=60) == 0
     assert not [name for name, pid in children.items() if alive(pid)], "children left behind by SIGTERM"
@@ -141,7 +149,7 @@ def test_sigterm_stops_every_child_and_the_data_restarts_in_either_mode(workers_
 
 def test_children_die_with_a_killed_supervisor(workers_standalone):
     broker = workers_standalone()
-    children = children_of(broker.proc.pid)
+    children = standalone_children(broker.proc.pid)
     broker.kill9()
     wait_until(lambda: not [pid for pid in children.values() if alive(pid)], 60,
                lambda: f"children to exit after the supervisor's kill -9; alive: "
