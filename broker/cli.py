@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start", help="run a broker that joins a cluster through a zk:// metadata store")
     _common_flags(start)
     start.add_argument("--metadata-store", dest="metadata_store_url", help="zk://host:port[/chroot]")
+    start.add_argument("--workers", type=int, default=1, help="broker processes on this host, each a broker of the "
+                       "cluster; worker 0 on the given ports, the others on free ones (default 1: this process)")
 
     standalone = commands.add_parser(
         "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker workers, persisted under --data-dir")
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     if data_dir is not None and not args.single_process:
         workers = args.workers if args.workers is not None else default_workers()
         return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level))
+    if data_dir is None and args.workers != 1:
+        return asyncio.run(_serve_workers(config, None, None, args.workers, args.log_level))
     return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None)))
 
 
@@ -140,8 +144,10 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     return 0
 
 
-async def _serve_workers(config: BrokerConfig, data_dir: Path, bookie_port: int, workers: int, log_level: str) -> int:
-    """The multi-process standalone: serve until SIGINT/SIGTERM, then stop every child."""
+async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, workers: int,
+                         log_level: str) -> int:
+    """The multi-process standalone (or, without a data directory, `broker start --workers N`): serve until
+    SIGINT/SIGTERM, then stop every child."""
     from broker.errors import BrokerError
     from broker.standalone import standalone_broker_config
     from broker.workers import Supervisor
@@ -151,7 +157,10 @@ async def _serve_workers(config: BrokerConfig, data_dir: Path, bookie_port: int,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    supervisor = Supervisor(data_dir.resolve(), standalone_broker_config(config), workers, bookie_port, log_level)
+    if data_dir is not None:
+        data_dir = data_dir.resolve()
+        config = standalone_broker_config(config)
+    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level)
     starting = asyncio.create_task(supervisor.start())
     await asyncio.wait([starting, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():  # a signal during start-up: stop what has started
@@ -165,8 +174,11 @@ async def _serve_workers(config: BrokerConfig, data_dir: Path, bookie_port: int,
         return EXIT_REFUSED
     first = supervisor.brokers[0].ready_line.split(" ready (", 1)[1].split(";", 1)[0]
     others = ", ".join(c.config.service_url or c.config.service_url_tls for c in supervisor.brokers[1:])
-    print(f"broker standalone ready ({first}; standalone, {workers} worker{'s' if workers > 1 else ''}"
-          f"{' (also ' + others + ')' if others else ''}, 3 bookie processes, data in {data_dir.resolve()})", flush=True)
+    where = (f"3 bookie processes, data in {data_dir}" if data_dir is not None
+             else f"metadata {config.metadata_store_url}")
+    print(f"broker {'standalone' if data_dir is not None else 'workers'} ready ({first}; "
+          f"{workers} worker{'s' if workers > 1 else ''}{' (also ' + others + ')' if others else ''}, {where})",
+          flush=True)
     await stop.wait()
     print("broker: shutting down", flush=True)
     await supervisor.stop()

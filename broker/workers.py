@@ -135,7 +135,8 @@ class Child:
 class Supervisor:
     """Starts, watches, restarts and stops the children of the multi-process standalone."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, workers: int, bookie_port: int, log_level: str = "INFO"):
+    def __init__(self, data_dir: Path | None, config: BrokerConfig, workers: int, bookie_port: int | None,
+                 log_level: str = "INFO"):
         self.data_dir = data_dir
         self.log_level = log_level
         self.config = config
@@ -155,23 +156,18 @@ class Supervisor:
         return self.bookies + self.brokers
 
     async def start(self) -> None:
-        """Raises BrokerError (a child refused to start), MetadataError, ValueError (a bad plan)."""
-        from broker.standalone import metadata_url, standalone_bookie_configs
-        from storage.metadata import open_store
-        from storage.metadata.served import MetadataServer
+        """Raises BrokerError (a child refused to start), MetadataError, ValueError (a bad plan).
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        file_url = metadata_url(self.data_dir)
-        self.store = await open_store(file_url)  # takes the directory's flock, and keeps the tree open
+        With a data directory (the standalone): serve its embedded store, start the bookies, then the workers.
+        Without one (`broker start --workers N`): the workers only, on the configured metadata store."""
         try:
-            path = socket_path(self.data_dir)
-            if path.parent != self.data_dir:
-                self._private_socket_dir = path.parent
-            self.server = await MetadataServer.start(file_url, path)
-            url = self.server.url
+            url = self.config.metadata_store_url if self.data_dir is None else await self._serve_metadata()
             plans = plan_workers(self.config, self.workers, url, lambda: loopback_port(self.config.host))
-            self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c)
-                            for c in standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host)]
+            if self.data_dir is not None:
+                from broker.standalone import standalone_bookie_configs
+
+                self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
+                                standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host)]
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))
@@ -185,6 +181,20 @@ class Supervisor:
         except BaseException:
             await self.stop()
             raise
+
+    async def _serve_metadata(self) -> str:
+        from broker.standalone import metadata_url
+        from storage.metadata import open_store
+        from storage.metadata.served import MetadataServer
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        file_url = metadata_url(self.data_dir)
+        self.store = await open_store(file_url)  # takes the directory's flock, and keeps the tree open
+        path = socket_path(self.data_dir)
+        if path.parent != self.data_dir:
+            self._private_socket_dir = path.parent
+        self.server = await MetadataServer.start(file_url, path)
+        return self.server.url
 
     async def _spawn(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(

@@ -271,7 +271,8 @@ class BrokerProcess(ServiceProcess):
     """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports.
 
     The standalone runs ``--single-process`` unless ``workers`` is set: then a supervisor with bookie and
-    ``workers`` broker-worker processes (broker/workers.py), worker 0 on ``port``/``http_port``."""
+    ``workers`` broker-worker processes (broker/workers.py), worker 0 on ``port``/``http_port``; with
+    ``metadata_url``, ``workers`` makes it ``broker start --workers N``."""
 
     data_dir: Path
     metadata_url: str | None = None
@@ -338,9 +339,9 @@ class BrokerProcess(ServiceProcess):
         """Worker 0's /health, and with workers the supervisor's ready line (every worker is up) in this run's log."""
         if not super().is_healthy():
             return False
-        return self.workers is None or self.SUPERVISOR_READY in self.log_since_start()
+        return self.workers is None or any(line in self.log_since_start() for line in self.SUPERVISOR_READY)
 
-    SUPERVISOR_READY = "broker standalone ready ("
+    SUPERVISOR_READY = ("broker standalone ready (", "broker workers ready (")
 
     def log_since_start(self) -> str:
         """What this incarnation wrote to the (appended) log."""
@@ -352,7 +353,8 @@ class BrokerProcess(ServiceProcess):
         common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
                   *self.extra_args]
         if self.metadata_url is not None:
-            return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
+            workers = ["--workers", str(self.workers)] if self.workers is not None else []
+            return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *workers, *common]
         mode = ["--single-process"] if self.workers is None else ["--workers", str(self.workers)]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
                 "--bookie-port", str(self.bookie_port), *mode, *common]
