@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker workers, persisted under --data-dir")
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
+    standalone.add_argument("--bookie-http-port", type=int, default=8000,
+                            help="first bookie's HTTP port (health, Prometheus /metrics); the others follow "
+                                 "(default 8000, BookKeeper's prometheusStatsHttpPort; 0: any free ports)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
     mode = standalone.add_mutually_exclusive_group()
     mode.add_argument("--workers", type=int, help="broker worker processes, each owning a share of the bundles "
@@ -86,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     _use_uvloop()
+    bookie_http_port = getattr(args, "bookie_http_port", 0)
     if data_dir is not None and not args.single_process:
         workers = args.workers if args.workers is not None else default_workers()
-        return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level))
+        return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level, bookie_http_port))
     if data_dir is None and args.workers != 1:
         return asyncio.run(_serve_workers(config, None, None, args.workers, args.log_level))
-    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None)))
+    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), bookie_http_port))
 
 
 def _use_uvloop() -> None:
@@ -102,7 +106,7 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None) -> int:
+async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, bookie_http_port: int = 0) -> int:
     from broker.errors import BrokerError
     from broker.http import listening_ports, start_http
     from broker.service import BrokerService
@@ -118,7 +122,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     http = None
     try:
         if data_dir is not None:
-            standalone = await Standalone.start(data_dir, config, bookie_port)
+            standalone = await Standalone.start(data_dir, config, bookie_port, bookie_http_port)
             broker = standalone.broker
         else:
             broker = await BrokerService.start(config)
@@ -131,6 +135,9 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
         elif broker is not None:
             await broker.close()
         return EXIT_REFUSED
+    if standalone is not None:  # before the ready line, which scripts wait for: then these are there too
+        for line in standalone.bookie_lines(config.advertised_address):
+            print(line, flush=True)
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
     print(f"broker {config.broker_id} ready ({ready_urls(config.advertised_address, broker, http_port, https_port)}; "
           f"{mode})", flush=True)
@@ -145,7 +152,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
 
 
 async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, workers: int,
-                         log_level: str) -> int:
+                         log_level: str, bookie_http_port: int = 0) -> int:
     """The multi-process standalone (or, without a data directory, `broker start --workers N`): serve until
     SIGINT/SIGTERM, then stop every child."""
     from broker.errors import BrokerError
@@ -160,7 +167,7 @@ async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_por
     if data_dir is not None:
         data_dir = data_dir.resolve()
         config = standalone_broker_config(config)
-    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level)
+    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level, bookie_http_port)
     starting = asyncio.create_task(supervisor.start())
     await asyncio.wait([starting, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():  # a signal during start-up: stop what has started

@@ -27,6 +27,7 @@ from storage.managed_ledger.passwords import parse_secret
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAGNETAR_BROKER_"
+MAX_STATS_WINDOW_SAMPLES = 120  # e.g. 10 min sampled every 5 s; memory grows with samples x active topics
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Room in a frame for the command and metadata around a max-size payload (Pulsar's Commands.MESSAGE_SIZE_FRAME_PADDING).
 FRAME_PADDING = 10 * 1024
@@ -148,6 +149,10 @@ class BrokerConfig:
     keep_alive_interval_s: float = 30.0
     maintenance_interval_s: float = 60.0  # retention by time, rollover of idle ledgers (Pulsar: retentionCheckIntervalInSeconds 120)
     load_report_interval_s: float = 5.0  # Pulsar: loadBalancerReportUpdateMinIntervalMillis 5000; also on every bundle change
+    # /metrics rates and "last minute" figures cover this window (Pulsar: statsUpdateFrequencyInSecs 60), sampled
+    # every stats_sample_interval_s (ours), so a rate follows a change within one sample and no scrape moves it.
+    stats_update_frequency_s: float = 60.0
+    stats_sample_interval_s: float = 5.0
     metadata_session_timeout_s: float = 30.0
 
     # Automatic load management (docs/broker.md "Automatic load management"); names and defaults are Pulsar's.
@@ -312,9 +317,15 @@ class BrokerConfig:
         if self.default_number_of_namespace_bundles < 1:
             raise ValueError("default_number_of_namespace_bundles must be >= 1")
         for name in ("load_report_interval_s", "metadata_session_timeout_s", "load_balancer_split_interval_s",
-                     "load_balancer_shedding_interval_s", "load_balancer_broker_max_msg_rate"):
+                     "load_balancer_shedding_interval_s", "load_balancer_broker_max_msg_rate",
+                     "stats_update_frequency_s", "stats_sample_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.stats_sample_interval_s > self.stats_update_frequency_s:
+            raise ValueError("stats_sample_interval_s must be <= stats_update_frequency_s (the window it samples)")
+        if self.stats_update_frequency_s / self.stats_sample_interval_s > MAX_STATS_WINDOW_SAMPLES:
+            raise ValueError(f"stats_update_frequency_s / stats_sample_interval_s must be <= {MAX_STATS_WINDOW_SAMPLES} "
+                             "(the stats window keeps one sample of every topic per interval)")
         for name in ("load_balancer_namespace_bundle_max_topics", "load_balancer_namespace_bundle_max_sessions",
                      "load_balancer_namespace_bundle_max_msg_rate", "load_balancer_namespace_bundle_max_bandwidth_mbytes",
                      "load_balancer_shedding_grace_period_s", "load_balancer_broker_threshold_shedder_percentage",

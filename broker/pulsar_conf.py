@@ -292,6 +292,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "defaultRetentionTimeInMinutes": Key("default_retention_time_s", _scaled(60, keep_negative=True)),
     "defaultRetentionSizeInMB": Key("default_retention_size_mb", _int),
     # -- load balancing
+    "statsUpdateFrequencyInSecs": Key("stats_update_frequency_s", _float),
     "loadBalancerReportUpdateMinIntervalMillis": Key("load_report_interval_s", _scaled(0.001)),
     "loadBalancerAutoBundleSplitEnabled": Key("load_balancer_auto_bundle_split_enabled", _bool),
     "loadBalancerAutoUnloadSplitBundlesEnabled": Key("load_balancer_auto_unload_split_bundles_enabled", _bool),

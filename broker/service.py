@@ -47,6 +47,7 @@ from broker.topics import lifecycle
 from broker.topics.lifecycle_policies import inactive_topic_deletable, subscription_expired
 from broker.topics.non_persistent import NonPersistentTopic
 from broker.topics.persistent import PersistentTopic
+from broker.stats_window import TopicStatsSampler
 from magnetar.topic_name import NamespaceName, TopicName
 from storage.client import ClientConfig
 from storage.client.api import LedgerClient
@@ -93,6 +94,7 @@ class BrokerService:
         self._rates = (0.0, 0.0, 0.0)  # msg/s in, msg/s out, CPU % at the last load sample
         self._bundle_sampler = BundleStatsSampler()
         self.bundle_stats: dict[str, BundleStats] = {}  # by bundle key, at the last load sample
+        self.topic_stats = TopicStatsSampler(self)  # the window /metrics rates come from (broker/stats_window.py)
         self.load_manager: LoadManager | None = None
         self.authentication = AuthenticationService(False, {})  # start() replaces it with the configured one
         self.authorization = AuthorizationService(self)
@@ -135,6 +137,7 @@ class BrokerService:
         service.spawn(service._every(config.broker_delete_inactive_topics_frequency_s, "inactive topics",
                                      service._delete_if_inactive))
         service.spawn(service._report_load())
+        service.spawn(service.topic_stats.run())
         service.load_manager = LoadManager(service)
         service.load_manager.start()
         log.info("broker serving the Pulsar protocol on %s (%s)", config.host,

@@ -4,7 +4,10 @@
 
 It runs the embedded metadata store (``file://<data-dir>/metadata``), three
 bookies in zones a, b and c (``<data-dir>/bookie-<zone>``), the broker on
-the Pulsar port and its HTTP server. Bookies have stable ids
+the Pulsar port and its HTTP server. The bookies serve HTTP (health and
+Prometheus ``/metrics``) on ``--bookie-http-port`` + 0, 1, 2 (default 8000,
+BookKeeper's ``prometheusStatsHttpPort``), and the start-up output prints each
+bookie's addresses as bound. Bookies have stable ids
 (``standalone-bookie-<zone>``), so their cookies stay valid when ports change
 between runs. Everything restarts from disk: topics, subscription positions
 and unacknowledged messages come back as they were.
@@ -28,11 +31,15 @@ log = logging.getLogger(__name__)
 ZONES = ("a", "b", "c")
 
 
-def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int, host: str = "127.0.0.1") -> list[BookieConfig]:
+def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int, host: str = "127.0.0.1",
+                              first_http_port: int = 0) -> list[BookieConfig]:
+    """Bookie i (zone a, b, c) listens on ``first_port + i`` and serves HTTP on ``first_http_port + i`` (0: any free
+    port for each)."""
     return [
         BookieConfig(
             metadata_store_url=metadata_url, data_dir=data_dir / f"bookie-{zone}", host=host, port=first_port + i,
-            http_port=0, bookie_id=f"standalone-bookie-{zone}", network_location=f"/zone-{zone}/ud{i}",
+            http_port=first_http_port + i if first_http_port else 0, bookie_id=f"standalone-bookie-{zone}",
+            network_location=f"/zone-{zone}/ud{i}",
             # One process, one disk: sync as soon as the journal queue is empty instead of waiting up to
             # journal_max_group_wait_ms; groups still form while an fsync is in progress.
             journal_flush_when_queue_empty=True,
@@ -58,14 +65,18 @@ class Standalone:
     store: object
 
     @classmethod
-    async def start(cls, data_dir: Path, config: BrokerConfig, bookie_port: int) -> "Standalone":
+    async def start(cls, data_dir: Path, config: BrokerConfig, bookie_port: int,
+                    bookie_http_port: int = 0) -> "Standalone":
+        """Raises OSError when a port is taken (a bookie's HTTP port included: it never moves silently, since
+        Prometheus scrape configs name it), StorageError or BrokerError when a part cannot start."""
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         config = standalone_broker_config(config)
         store = await open_store(config.metadata_store_url)
         bookies: list[BookieService] = []
         try:
-            for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host):
+            for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host,
+                                                           bookie_http_port):
                 bookies.append(await BookieService.start(bookie_config, store=store))
             broker = await BrokerService.start(config, store=store)
         except BaseException:
@@ -74,6 +85,14 @@ class Standalone:
             await store.close()
             raise
         return cls(broker, bookies, store)
+
+    def bookie_lines(self, address: str) -> list[str]:
+        """One line per bookie for the start-up output: its id, data and HTTP (metrics) addresses as bound, zone.
+
+        Not the ``bookie`` CLI's ready line: scripts wait for the broker's `` ready (`` in this output."""
+        return [f"bookie {b.bookie_id} serving (bookie://{address}:{b.port}, metrics http://{address}:{b.http_port}"
+                f"/metrics; zone {b.config.network_location.split('/')[1].removeprefix('zone-')})"
+                for b in self.bookies]
 
     async def stop(self) -> None:
         await self.broker.close()

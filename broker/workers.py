@@ -136,8 +136,9 @@ class Supervisor:
     """Starts, watches, restarts and stops the children of the multi-process standalone."""
 
     def __init__(self, data_dir: Path | None, config: BrokerConfig, workers: int, bookie_port: int | None,
-                 log_level: str = "INFO"):
+                 log_level: str = "INFO", bookie_http_port: int = 0):
         self.data_dir = data_dir
+        self.bookie_http_port = bookie_http_port
         self.log_level = log_level
         self.config = config
         self.workers = workers
@@ -167,7 +168,8 @@ class Supervisor:
                 from broker.standalone import standalone_bookie_configs
 
                 self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
-                                standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host)]
+                                standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host,
+                                                          self.bookie_http_port)]
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))

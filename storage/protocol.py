@@ -335,27 +335,36 @@ class FrameDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[Request | Response]:
+        # Frames are decoded from views: a whole frame that arrives in one read is never copied before
+        # msgpack takes its fields out, and only a partial frame's bytes wait in the buffer.
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
         out = []
         pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (size,) = _LEN.unpack_from(buf, pos)
-            if size > self._max:
-                err = FrameTooLargeError(f"frame of {size} bytes exceeds the {self._max}-byte limit")
-                err.rid = -1
-                raise err
-            if n - pos - 4 < size:
-                break
-            raw = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            out.append(self._decode(raw))
-        if pos:
+        with memoryview(src) as view:
+            n = len(view)
+            while n - pos >= 4:
+                (size,) = _LEN.unpack_from(view, pos)
+                if size > self._max:
+                    err = FrameTooLargeError(f"frame of {size} bytes exceeds the {self._max}-byte limit")
+                    err.rid = -1
+                    raise err
+                if n - pos - 4 < size:
+                    break
+                with view[pos + 4 : pos + 4 + size] as raw:
+                    out.append(self._decode(raw))
+                pos += 4 + size
+            if src is not buf and pos < n:
+                buf += view[pos:]
+        if src is buf and pos:
             del buf[:pos]
         return out
 
-    def _decode(self, raw: bytes) -> Request | Response:
+    def _decode(self, raw: bytes | memoryview) -> Request | Response:
         try:
             fields = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
         except Exception as exc:  # msgpack raises several unrelated types

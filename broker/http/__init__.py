@@ -9,6 +9,7 @@ from broker.http.admin import SERVICE, routes
 from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
 from broker.http.compaction import routes as compaction_routes
+from broker.http.console import routes as console_routes
 from broker.http.non_persistent import routes as non_persistent_routes
 from broker.http.policies import routes as policy_routes
 from broker.http.rate_policies import routes as rate_routes
@@ -29,6 +30,7 @@ def build_app(service) -> web.Application:
     app.add_routes(cluster_routes)
     app.add_routes(compaction_routes)
     app.add_routes(non_persistent_routes)
+    app.add_routes(console_routes)
     return app
 
 

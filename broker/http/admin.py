@@ -387,7 +387,8 @@ async def _loaded(request):
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/stats")
 @requires(Need.TENANT_ADMIN)
 async def topic_stats(request):
-    return web.json_response((await _loaded(request)).stats())
+    topic = await _loaded(request)
+    return web.json_response(_service(request).topic_stats.add_rates(str(topic.name), topic.stats()))
 
 
 @routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats")
@@ -415,8 +416,12 @@ async def partitioned_stats(request):
         raise NotFoundError(f"partitioned topic {topic} does not exist")
     parts = {}
     for i in range(count):
-        parts[str(topic.partition(i))] = (await service.get_topic(topic.partition(i), create=True)).stats()
-    total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog")}
+        name = str(topic.partition(i))
+        partition = await service.get_topic(topic.partition(i), create=True)
+        parts[name] = service.topic_stats.add_rates(name, partition.stats())
+    total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog",
+                                                             "msgRateIn", "msgRateOut", "msgThroughputIn",
+                                                             "msgThroughputOut")}
     # Pulsar's perPartition defaults to true; false leaves the per-partition stats out.
     per_partition = request.query.get("perPartition", "true").lower() != "false"
     return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})

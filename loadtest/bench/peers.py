@@ -1,13 +1,17 @@
-"""`peers` suite: Magnetar beside a peer system and the machine's own limits, all in one run.
+"""`peers` suite: Magnetar beside peer systems and the machine's own limits, all in one run.
 
 * **NATS JetStream** (Debian `nats-server` 2.9, file storage) driven by `nats-py`: 100-byte publishes with a
   window of 512 in flight, then a pull consumer fetching and acking in batches.
+* **RabbitMQ** (Debian `rabbitmq-server` 3.10, loadtest/bench/rabbitmq.py): a stream over the stream protocol
+  (rstream) and a quorum queue over AMQP with publisher confirms (aio-pika), the same window of 512.
+  The quorum queue fsyncs before it confirms; the stream does not (it leans on replication).
 * **Magnetar** (`broker standalone`, E2/Qw2/Qa2, fsync on) with the official `pulsar-client` and with
   `magnetar`, same message size, batching on.
 * **The machine**: the disk's fdatasync rate for 512-byte writes and loopback TCP bandwidth.
 
 JetStream 2.9 has no per-message fsync option (it syncs every 2 minutes by default), so the comparison
-favours NATS on durability; the ratio is printed all the same.
+favours NATS on durability; the ratio is printed all the same. At every size the result carries Magnetar's
+ratio to each peer (``ratios_by_size``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from loadtest.bench.broker import _Deployment, produce as official_produce
 from loadtest.bench.client import magnetar_produce_consume
+from loadtest.bench import rabbitmq
 from loadtest.bench.disk import fsync_bandwidth
 from loadtest.bench.report import print_table
 
@@ -115,6 +120,37 @@ def _count(size: int, n: int, quick: bool) -> int:
     return n if size == MESSAGE_BYTES else max(200, min(n, (SWEEP_BYTES // 20 if quick else SWEEP_BYTES) // size))
 
 
+PEERS = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum")
+MAGNETAR = ("pulsar_client", "magnetar")
+
+
+def rabbitmq_by_size(root: Path, counts: dict[int, int]) -> dict[str, dict[str, dict]]:
+    """Both RabbitMQ kinds at each size (``counts``: size -> messages) against one throwaway node."""
+    import uvloop
+
+    sweep: dict[str, dict[str, dict]] = {"rabbitmq_stream": {}, "rabbitmq_quorum": {}}
+    with rabbitmq.RabbitMQServer(root / "rabbitmq") as server:
+        for size, count in counts.items():
+            os.sync()
+            sweep["rabbitmq_stream"][str(size)] = uvloop.run(
+                rabbitmq.stream_produce(server.stream_port, count, size, WINDOW))
+            os.sync()
+            sweep["rabbitmq_quorum"][str(size)] = uvloop.run(
+                rabbitmq.quorum_queue_produce(server.amqp_url, count, size, WINDOW))
+    return sweep
+
+
+def ratios_by_size(sweep: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """Magnetar's produce rate over each peer's, per size: {size: {"<magnetar driver>_to_<peer>": ratio}}.
+
+    Rates in bytes and in messages give the same ratio (same size, same count), so one is kept.
+    """
+    sizes = next(iter(sweep.values())).keys()
+    return {size: {f"{m}_to_{p}": sweep[m][size]["produce_mb_per_s"] / sweep[p][size]["produce_mb_per_s"]
+                   for m in MAGNETAR if m in sweep for p in PEERS if p in sweep}
+            for size in sizes}
+
+
 def run(quick: bool = False) -> dict:
     import uvloop
 
@@ -126,6 +162,7 @@ def run(quick: bool = False) -> dict:
         "loopback_tcp_mb_per_s": loopback_tcp_mb_per_s(1.0 if quick else 3.0),
     }
     sweep: dict[str, dict[str, dict]] = {"nats_jetstream": {}, "pulsar_client": {}, "magnetar": {}}
+    sweep.update(rabbitmq_by_size(root, {size: _count(size, n, quick) for size in SIZES}))
     proc, url = _nats_server(root)
     try:
         for size in SIZES:
@@ -148,6 +185,7 @@ def run(quick: bool = False) -> dict:
             r.setdefault("produce_msg_per_s", r.get("msg_per_s"))
             r.setdefault("produce_mb_per_s", r.get("mb_per_s"))
     results["by_size"] = sweep
+    results["ratios_by_size"] = ratios_by_size(sweep)
     small = str(MESSAGE_BYTES)
     results["nats_jetstream"], results["pulsar_client"], results["magnetar"] = (
         sweep["nats_jetstream"][small], sweep["pulsar_client"][small], sweep["magnetar"][small])
@@ -166,6 +204,7 @@ def run(quick: bool = False) -> dict:
                          for system in ("pulsar_client", "magnetar")}
     results["config"] = {"messages": n, "message_bytes": MESSAGE_BYTES, "sizes": list(SIZES),
                          "sweep_bytes": SWEEP_BYTES // 20 if quick else SWEEP_BYTES, "nats_window": WINDOW,
+                         "window": WINDOW, "rabbitmq_stream_batch": rabbitmq.STREAM_BATCH,
                          "quick": quick, "magnetar": "broker standalone, E2/Qw2/Qa2, fsync on, batching on"}
     _print(results)
     return results
@@ -184,9 +223,13 @@ def _print(results: dict) -> None:
                    f"loopback TCP: {results['loopback_tcp_mb_per_s']:,.0f} MB/s", "produce_msg_s": "", "consume_msg_s": "",
          "vs_nats": ""},
     ], ["system", "produce_msg_s", "consume_msg_s", "vs_nats"])
+    columns = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", "pulsar_client", "magnetar")
     rows = [{"size_bytes": size, **{system: results["by_size"][system][str(size)]["produce_mb_per_s"]
-                                    for system in ("nats_jetstream", "pulsar_client", "magnetar")}}
+                                    for system in columns}}
             for size in results["config"]["sizes"]]
     rows.append({"size_bytes": "64 KiB limit", "magnetar": results["physical_limit_64k_mb_per_s"],
                  "pulsar_client": f"disk 64 KiB fdatasync {results['disk_64k']['mb_per_s']:,.0f} MB/s / (Qw 2 x 2)"})
-    print_table("produce MB/s by message size", rows, ["size_bytes", "nats_jetstream", "pulsar_client", "magnetar"])
+    print_table("produce MB/s by message size", rows, ["size_bytes", *columns])
+    print_table("Magnetar (pulsar-client) / peer, produce, by size", [
+        {"size_bytes": size, **{p: results["ratios_by_size"][str(size)][f"pulsar_client_to_{p}"] for p in PEERS}}
+        for size in results["config"]["sizes"]], ["size_bytes", *PEERS])

@@ -249,8 +249,16 @@ class _Reader:
             pass
 
 
+def service_url(urls: list[str], i: int) -> str:
+    """One service URL naming every broker (``pulsar://h1:p1,h2:p2``), for client ``i``: both clients take the
+    hosts in turn, so the list starts at broker ``i`` to spread the clients' lookups over the brokers."""
+    hosts = [u.removeprefix("pulsar://") for u in urls]
+    start = i % len(hosts)
+    return "pulsar://" + ",".join(hosts[start:] + hosts[:start])
+
+
 class Workload:
-    """Starts everything on ``service_urls`` (magnetar's client takes one broker URL; pulsar-client all of them)."""
+    """Starts everything on ``service_urls``: every client is given all of them (see ``service_url``)."""
 
     def __init__(self, history: History, service_urls: list[str], rate_per_s: float = 20.0):
         self.history = history
@@ -266,11 +274,7 @@ class Workload:
         self.stuck_producers: list[str] = []
 
     def _new_client(self, api: str, i: int):
-        if api == "pulsar":
-            url = "pulsar://" + ",".join(u.removeprefix("pulsar://") for u in self.urls)
-        else:
-            url = self.urls[i % len(self.urls)]
-        client = _client(api, url, self.client_log)
+        client = _client(api, service_url(self.urls, i), self.client_log)
         self.clients.append(client)
         return client
 

@@ -133,7 +133,9 @@ class EntryLogger:
         if self._pos > HEADER_SIZE and self._pos + record_len > self._max:
             self._roll(self._log_id + 1)
         location = EntryLocation(self._log_id, self._pos + RECORD_OVERHEAD, len(body))
-        self._buffer += encode_record(ledger_id, entry_id, body)
+        # header and body appended separately: one copy of the body into the buffer, not two
+        self._buffer += _RECORD.pack(RECORD_OVERHEAD - 4 + len(body), ledger_id, entry_id)
+        self._buffer += body
         self._pos += record_len
         if len(self._buffer) >= _WRITE_CHUNK_BYTES:
             self._write_buffer()

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from storage.latency import percentile
+
+# How many of the latest journal fsyncs ``recent_fsync_ms`` summarises (the console's "fsync latency now").
+RECENT_FSYNCS = 256
 
 FAILURE_REASONS = {
     "DigestMismatchError": "digest_mismatch",
@@ -46,9 +53,20 @@ class BookieMetrics:
         )
         self.write_cache_bytes = Gauge("bookie_write_cache_bytes", "Bytes in the write cache", registry=r)
         self.ledgers = Gauge("bookie_ledgers", "Ledgers this bookie holds", registry=r)
+        # The histogram says "since start"; an operator looking at a slow disk wants "lately".
+        self._recent_fsync_s: collections.deque[float] = collections.deque(maxlen=RECENT_FSYNCS)
+
+    def recent_fsync_ms(self) -> dict:
+        """p50/p99/max of the last RECENT_FSYNCS journal fsyncs in ms (None when there were none), and their count."""
+        samples = [s * 1000.0 for s in tuple(self._recent_fsync_s)]  # tuple(): one atomic copy under the GIL
+        if not samples:
+            return {"count": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+        return {"count": len(samples), "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+                "max_ms": max(samples)}
 
     def observe_group(self, records: int, nbytes: int, fsync_s: float) -> None:
         """Journal writer thread callback (prometheus metrics are thread-safe)."""
         self.journal_group_size.observe(records)
         self.journal_bytes.inc(nbytes)
         self.journal_fsync_latency.observe(fsync_s)
+        self._recent_fsync_s.append(fsync_s)

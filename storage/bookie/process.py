@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -72,6 +73,9 @@ class BookieService:
                                  registry=self.registry)
         self._disk_usage_ratio = Gauge("bookie_disk_usage_ratio", "Used fraction of the fullest filesystem holding "
                                        "the journal or ledger dir", registry=self.registry)
+        # BookKeeper's name and meaning, which its dashboards use: 1 writable, 0 read-only.
+        self._server_status = Gauge("bookie_SERVER_STATUS", "1 while the bookie is writable, 0 while read-only",
+                                    registry=self.registry)
 
     @classmethod
     async def start(
@@ -200,6 +204,7 @@ class BookieService:
             self._disk_usage.set(self.bookie.disk_usage_bytes())
         if self.disk_monitor is not None:
             self._disk_usage_ratio.set(self.disk_monitor.last_usage)
+        self._server_status.set(0 if self.read_only else 1)
 
     def info(self) -> dict:
         described = self.registration.describe() if self.registration else {}
@@ -215,7 +220,17 @@ class BookieService:
             "state_reason": mode.reason if mode else "",
             "disk_usage_fraction": self.disk_monitor.last_usage if self.disk_monitor else None,
             "ledgers": len(self.bookie.ledger_ids()) if self.bookie else 0,
+            "journal_fsync_latency": self.bookie.metrics.recent_fsync_ms() if self.bookie else None,
+            **self._disk_space(),
         }
+
+    def _disk_space(self) -> dict:
+        """The ledger directory's file system (statvfs: cheap, unlike walking the tree for our own bytes)."""
+        try:
+            usage = shutil.disk_usage(self.config.ledger_dir)
+        except OSError:
+            return {"disk_total_bytes": None, "disk_free_bytes": None}
+        return {"disk_total_bytes": usage.total, "disk_free_bytes": usage.free}
 
     async def stop(self) -> None:
         """Deregister, drain and close everything this service started. Idempotent."""

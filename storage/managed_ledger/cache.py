@@ -17,6 +17,7 @@ class EntryCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Position, bytes] = OrderedDict()
         self.size = 0
+        self.evictions = 0  # entries pushed out to make room (not those every reader had passed)
 
     def insert(self, position: Position, data: bytes) -> None:
         if self.max_bytes <= 0 or len(data) > self.max_bytes or position in self._entries:
@@ -26,6 +27,7 @@ class EntryCache:
         while self.size > self.max_bytes:
             _, old = self._entries.popitem(last=False)
             self.size -= len(old)
+            self.evictions += 1
 
     def get(self, position: Position) -> bytes | None:
         return self._entries.get(position)

@@ -128,6 +128,9 @@ class ServiceProcess(abc.ABC):
             start_new_session=True,
         )
         log.close()
+        proxy = getattr(self, "proxy", None)
+        if proxy is not None:
+            proxy.restarted(self)  # an isolated process stays isolated in its new incarnation
         return self.proc
 
     def start(self, timeout_s: float = 30.0):
@@ -282,6 +285,9 @@ class BrokerProcess(ServiceProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    # Never the default 8000; 0 lets each bookie bind a free port (printed at start), which no other process can
+    # take between choosing and binding. A test of the N, N+1, N+2 layout passes free_port_block(3).
+    bookie_http_port: int = 0
     stream_port: int = field(default_factory=free_port)  # never the default 4181: brokers run side by side
     # When set, clients and peers reach the broker through two proxy links (Pulsar and HTTP), which it
     # advertises as its internal listener; service_url and web_url then name the links.
@@ -357,7 +363,8 @@ class BrokerProcess(ServiceProcess):
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *workers, *common]
         mode = ["--single-process"] if self.workers is None else ["--workers", str(self.workers)]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), *mode, *common]
+                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port),
+                *mode, *common]
 
 
 def standalone_children(pid: int) -> dict[str, int]:
@@ -453,7 +460,8 @@ class NetProxyProcess(ServiceProcess):
     control_port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
-    _isolated: dict[str, tuple[list[str], int]] = field(default_factory=dict)  # process name -> (links, pid)
+    # process name -> (its links, the process): the pid is read at each apply, so isolation follows a restart.
+    _isolated: dict[str, tuple[list[str], "BookieProcess | BrokerProcess"]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -502,17 +510,24 @@ class NetProxyProcess(ServiceProcess):
         processes already isolated (each is cut off from all others, so two isolated processes are not
         connected either)."""
         links = process.link_names if isinstance(process, BrokerProcess) else [process.link_name]
-        self._isolated[process.name] = (list(links), process.proc.pid)
+        self._isolated[process.name] = (list(links), process)
         return self._apply()
 
     def rejoin(self, process: "BookieProcess | BrokerProcess") -> dict:
-        """Lift ``process``'s isolation (by the pid it had when isolated, should it have restarted since)."""
+        """Lift ``process``'s isolation (whatever its pid now, should it have restarted since)."""
         self._isolated.pop(process.name, None)
         return self._apply()
 
+    def restarted(self, process) -> None:
+        """``process`` was started again under a new pid (spawn calls this): while it is isolated, the connections
+        its new incarnation opens are held too. Called right after the fork, before the new process can have
+        dialled anyone (a Python process takes far longer to start)."""
+        if process.name in self._isolated:
+            self._apply()
+
     def _apply(self) -> dict:
         links = [name for names, _ in self._isolated.values() for name in names]
-        return self.partition(links, [pid for _, pid in self._isolated.values()])
+        return self.partition(links, [p.proc.pid for _, p in self._isolated.values() if p.proc is not None])
 
     def heal(self) -> dict:
         self._isolated.clear()

@@ -23,7 +23,9 @@ from storage.bookie.journal import (
     JournalRecord,
     RecordScanner,
     encode_record,
+    encode_record_parts,
     records_after,
+    write_all,
     journal_file_name,
     list_journal_files,
     read_mark,
@@ -60,6 +62,57 @@ async def wait_event(event: threading.Event, what: str) -> None:
 
 
 # ---- codec -----------------------------------------------------------------
+
+
+def _copied_encode(record: JournalRecord) -> bytes:
+    """The record layout spelled out (the module docstring), independent of the writer's parts."""
+    body = struct.pack(">Bq", record.kind, record.ledger_id)
+    body += struct.pack(">q", record.entry_id) + record.data if record.kind == ADD else record.data
+    return struct.pack(">II", len(body), crc32c(body)) + body
+
+
+@pytest.mark.parametrize("record", [JournalRecord(ADD, 7, 3, b"x" * 65536), JournalRecord(ADD, 1, 0, b""),
+                                    JournalRecord(FENCE, 9), JournalRecord(MASTER_KEY, 2, -1, b"key")])
+def test_the_parts_are_the_record_and_the_payload_is_not_copied(record):
+    head, data = encode_record_parts(record)
+    assert head + data == encode_record(record) == _copied_encode(record)
+    if record.data:
+        assert data is record.data  # handed to writev as it is
+
+
+class _ShortWrites:
+    """writev/write that take at most ``limit`` bytes per call, as a filling disk does."""
+
+    def __init__(self, limit: int):
+        self.limit, self.out, self.writev_calls = limit, bytearray(), []
+
+    def writev(self, fd, chunks):
+        self.writev_calls.append(len(chunks))
+        return self.write(fd, b"".join(chunks))
+
+    def write(self, fd, data):
+        taken = bytes(data[: self.limit])
+        self.out += taken
+        return len(taken)
+
+
+@pytest.mark.parametrize("chunk_count, limit", [(1, 10**9), (3, 10**9), (3, 5), (2500, 10**9), (2500, 700)])
+def test_write_all_writes_every_chunk_in_order_through_short_writes(chunk_count, limit):
+    chunks = [b"%06d|" % i * (i % 7 + 1) for i in range(chunk_count)]
+    fake = _ShortWrites(limit)
+    assert write_all(-1, chunks, writev=fake.writev, write=fake.write) == len(b"".join(chunks))
+    assert bytes(fake.out) == b"".join(chunks)
+    assert all(n <= 1024 for n in fake.writev_calls)  # never more iovecs than the kernel takes
+
+
+def test_write_all_writes_a_real_file(tmp_path):
+    chunks = [os.urandom(n) for n in (1, 65536, 0, 17)] * 600  # 2,400 buffers: three writev calls
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        assert write_all(fd, chunks) == sum(map(len, chunks))
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"".join(chunks)
 
 
 def test_record_layout_is_length_crc_body():

@@ -26,6 +26,9 @@ def test_advertised_address_defaults_to_loopback_for_wildcard_hosts():
     ({"managed_ledger_write_quorum": 3}, "write quorum"),
     ({"max_unacked_messages_per_consumer": -1}, "max_unacked_messages_per_consumer"),
     ({"no_such_option": 1}, "unknown broker config key"),
+    ({"stats_sample_interval_s": 0}, "stats_sample_interval_s must be > 0"),
+    ({"stats_sample_interval_s": 90}, "must be <= stats_update_frequency_s"),
+    ({"stats_sample_interval_s": 0.01}, "must be <= 120"),
 ])
 def test_bad_values_are_refused_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):

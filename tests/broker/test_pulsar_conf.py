@@ -72,6 +72,7 @@ def test_metadata_store_forms_refused(value, message):
     ({"defaultRetentionTimeInMinutes": "-1"}, {"default_retention_time_s": -1}),
     ({"defaultRetentionTimeInMinutes": "2"}, {"default_retention_time_s": 120}),
     ({"metadataStoreSessionTimeoutMillis": "2500"}, {"metadata_session_timeout_s": 2.5}),
+    ({"statsUpdateFrequencyInSecs": "30"}, {"stats_update_frequency_s": 30.0}),
     ({"zooKeeperSessionTimeoutMillis": "30000", "metadataStoreSessionTimeoutMillis": "5000"},
      {"metadata_session_timeout_s": 5}),
     ({"zookeeperServers": "zk1:2181", "metadataStoreUrl": "zk:zk2:2181"}, {"metadata_store_url": "zk://zk2:2181"}),
@@ -124,7 +125,7 @@ def test_every_broker_field_with_a_pulsar_name_has_it():
     ours = {"load_balancer_bundle_unload_min_msg_rate", "load_balancer_broker_max_msg_rate", "max_num_messages_in_batch",
             "connection_timeout_s", "managed_ledger_password_previous_secrets",
             "max_control_commands_per_connection_per_s", "max_wasted_commands_per_connection_per_s",
-            "stream_port"}
+            "stream_port", "stats_sample_interval_s"}
     mapped = {spec.field for spec in PULSAR_KEYS.values()}
     assert {f.name for f in dataclasses.fields(BrokerConfig)} - mapped == ours
 

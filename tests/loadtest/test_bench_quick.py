@@ -32,7 +32,15 @@ def test_ledger_suite_quick_writes_complete_json(tmp_path):
     for run in ("throughput_1k", "throughput_64k"):
         assert r[run]["entries_per_s"] > 0 and r[run]["mb_per_s"] > 0
         assert 0 < r[run]["add_p50_ms"] <= r[run]["add_p99_ms"] <= r[run]["add_max_ms"]
-    assert r["steady_1000_per_s"]["entries"] == 3000 and r["steady_1000_per_s"]["add_p99_ms"] > 0
+    for steady in ("steady_1000_per_s", "steady_1000_per_s_flush_when_empty"):
+        assert r[steady]["entries"] == 3000 and r[steady]["add_p99_ms"] > 0 and len(r[steady]["round_p99_ms"]) == 2
+        assert 0 <= r[steady]["send_lateness_p50_ms"] <= r[steady]["send_lateness_p99_ms"]
+    assert [int(w) for w in r["window_1k"]] == r["config"]["windows"] == [1, 16, 128, 1024]
+    for w, x in r["window_1k"].items():
+        assert x["window"] == int(w) and x["littles_law_ms"] == int(w) / x["entries_per_s"] * 1000
+    assert r["throughput_1k"] == r["window_1k"]["1024"]
+    assert r["simpletest_1k"]["entries"] == 1000 and r["simpletest_1k"]["window"] == 1000
+    assert r["simpletest_to_sustained"] == r["simpletest_1k"]["entries_per_s"] / r["throughput_1k"]["entries_per_s"]
     assert r["disk_64k"]["mb_per_s"] > 0 and r["physical_limit_64k_mb_per_s"] > 0
     assert r["ratio_64k_to_physical"] == r["throughput_64k"]["mb_per_s"] / r["physical_limit_64k_mb_per_s"]
     assert r["ratio_64k_to_sequential_limit"] == r["throughput_64k"]["mb_per_s"] / r["sequential_limit_mb_per_s"]
@@ -84,9 +92,13 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     assert p["pulsar_client"]["msg_per_s"] > 0 and p["magnetar"]["produce_msg_per_s"] > 0
     assert p["ratio_magnetar_to_nats"] == p["magnetar"]["produce_msg_per_s"] / p["nats_jetstream"]["produce_msg_per_s"]
     assert p["loopback_tcp_mb_per_s"] > 0 and p["disk_512b"]["fsyncs_per_s"] > 0
-    for system in ("nats_jetstream", "pulsar_client", "magnetar"):
+    for system in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", "pulsar_client", "magnetar"):
         assert [int(s) for s in p["by_size"][system]] == p["config"]["sizes"] == [100, 1024, 16384, 65536]
         assert all(x["produce_mb_per_s"] > 0 for x in p["by_size"][system].values())
+    for size in ("100", "65536"):
+        for peer in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum"):
+            assert p["ratios_by_size"][size][f"pulsar_client_to_{peer}"] == (
+                p["by_size"]["pulsar_client"][size]["produce_mb_per_s"] / p["by_size"][peer][size]["produce_mb_per_s"])
     assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 4  # Qw 2, journal + entry log
     assert p["journal_only_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
     assert p["ratio_64k_to_physical"]["magnetar"] == (
@@ -96,6 +108,7 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     for heading in ("## Machine", "## Targets", "## Broker", "## Peers and physical limits"):
         assert heading in text
     assert "produce 100 B vs NATS JetStream" in text and "publish p99 at 1,000 msg/s" in text
+    assert "produce 64 KiB vs RabbitMQ stream" in text and "RabbitMQ quorum queue (aio-pika)" in text
     for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
         assert f"]({chart})" in text
         assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -76,6 +76,55 @@ def test_the_hostile_suite_gets_a_row_per_attack_with_its_verdict(tmp_path):
     assert "Reproduce: `python -m loadtest.bench hostile" in section
 
 
+def _with_rabbitmq(doc: dict, stream_mb_per_s: dict[str, float]) -> dict:
+    """The peers result as `bench peers` now writes it: both RabbitMQ kinds and the per-size ratios."""
+    from loadtest.bench.peers import ratios_by_size
+
+    peers = doc["results"]["peers"]
+    for kind, scale in (("rabbitmq_stream", 1.0), ("rabbitmq_quorum", 0.25)):
+        peers["by_size"][kind] = {size: {"produce_mb_per_s": mb * scale, "produce_msg_per_s": mb * scale * 1e6 / int(size)}
+                                  for size, mb in stream_mb_per_s.items()}
+    peers["ratios_by_size"] = ratios_by_size(peers["by_size"])
+    return doc
+
+
+def test_the_rabbitmq_peers_get_columns_ratios_and_per_size_verdicts(tmp_path):
+    doc = copy.deepcopy(DOC)
+    official = {size: r["produce_mb_per_s"] for size, r in doc["results"]["peers"]["by_size"]["pulsar_client"].items()}
+    # the stream at a third of Magnetar at 100 B (3x: met), at half at 1 KiB (2x: not met), twice at 64 KiB (0.5x)
+    stream = {size: mb / {"100": 3, "1024": 2, "16384": 1, "65536": 0.5}[size] for size, mb in official.items()}
+    text = write_report(_with_rabbitmq(doc, stream), tmp_path, "x").read_text()
+    verdicts = _targets(text)
+    assert len(verdicts) == 18 + 3
+    label = "vs RabbitMQ stream (Magnetar + pulsar-client)"
+    assert verdicts[f"produce 100 B {label}"] == "**met**"
+    assert verdicts[f"produce 1 KiB {label}"] == "**not met**"
+    assert verdicts[f"produce 64 KiB {label}"] == "**not met**"
+    section = text.split("## Peers and physical limits", 1)[1].split("\n## ", 1)[0]
+    assert "| RabbitMQ stream (rstream) | RabbitMQ quorum queue (aio-pika) |" in section
+    assert "| pulsar-client / RabbitMQ stream (rstream) | pulsar-client / RabbitMQ quorum queue (aio-pika) |" in section
+    ratio_row = next(line for line in section.splitlines() if line.startswith("| 1,024 B |") and "x |" in line)
+    assert "| 2.00x |" in ratio_row and "| 8.00x |" in ratio_row  # the quorum queue at a quarter of the stream
+    assert "without fsync" in section and "fdatasyncs its write-ahead log" in section
+
+
+def test_the_ledger_section_shows_each_window_the_simpletest_burst_and_both_steady_runs(tmp_path):
+    doc = copy.deepcopy(DOC)
+    ledger = doc["results"]["ledger"]
+    ledger["window_1k"] = {str(w): {"entries_per_s": 1000.0 * w ** 0.5, "add_p50_ms": 1.0 + w / 10, "add_p99_ms": 5.0 + w,
+                                    "littles_law_ms": w / (1000.0 * w ** 0.5) * 1000} for w in (1, 16, 128, 1024)}
+    ledger["throughput_1k"] = {**ledger["throughput_1k"], **ledger["window_1k"]["1024"]}
+    ledger["simpletest_1k"] = {"entries": 1000, "window": 1000, "entries_per_s": 64_000.0, "add_p50_ms": 12.0}
+    ledger["simpletest_to_sustained"] = 2.0
+    ledger["steady_1000_per_s_flush_when_empty"] = {"add_p50_ms": 0.9, "add_p99_ms": 4.5}
+    text = write_report(doc, tmp_path, "x").read_text()
+    section = text.split("## Ledger store", 1)[1].split("\n## ", 1)[0]
+    assert "| 1 KiB adds, window 16 in flight | 4,000 entries/s | p50 2.6 / p99 21.0 ms | window / rate = 4.0 ms" in section
+    assert "| `bookie shell simpletest` loop (1,000 adds, window 1,000) | 64,000 entries/s | p50 12.0 ms | 2.00x" in section
+    assert "| steady 1,000/s, bookies with `journal_flush_when_queue_empty` | p99 4.50 ms | p50 0.90 ms |" in section
+    assert _targets(text)["ledger 1 KiB adds"] == "**met**"  # 32,000/s at window 1,024: the sustained figure
+
+
 def test_the_cores_suite_gets_its_table_and_model(tmp_path):
     doc = copy.deepcopy(DOC)
     doc["results"]["cores"] = json.loads((Path(__file__).parent / "data" / "bench-cores-quick.json").read_text())["results"]

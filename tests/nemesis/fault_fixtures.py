@@ -37,7 +37,8 @@ def fault_cluster(zookeeper_server, tmp_path):
     started: list[FaultCluster] = []
 
     def start(bookies: int = 4, brokers: int = 0, proxy: bool = True, disk_limit_bytes: int | None = None,
-              fault_injection: bool = True, bookie_env: dict | None = None) -> FaultCluster:
+              fault_injection: bool = True, bookie_env: dict | None = None,
+              broker_env: dict | None = None) -> FaultCluster:
         root = tmp_path / f"cluster-{len(started)}"
         root.mkdir()
         chroot = f"/f-{uuid.uuid4().hex[:12]}"
@@ -51,7 +52,7 @@ def fault_cluster(zookeeper_server, tmp_path):
         cluster.bookies.start()
         for i in range(brokers):
             cluster.brokers.append(BrokerProcess(root / f"broker-{i}", metadata_url=url, proxy=net,
-                                                 env=dict(BROKER_SESSION)))
+                                                 env={**BROKER_SESSION, **(broker_env or {})}))
         for b in cluster.brokers:
             b.spawn()
         for b in cluster.brokers:

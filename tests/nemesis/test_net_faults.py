@@ -21,6 +21,7 @@ import pulsar
 import pytest
 
 from loadtest.nemesis.net_faults import NET_FAULTS, PartitionBookie, PartitionBroker
+from loadtest.nemesis.process_faults import registered
 from storage.client.client import LedgerClient
 from storage.client.config import ClientConfig
 from storage.testing.netproxy import Rules, is_held, loopback_sockets
@@ -198,6 +199,28 @@ async def test_a_partitioned_bookie_is_blackholed_replaced_in_the_ensemble_and_r
     assert [e.payload for e in await reader.read_entries(0, 59)] == payloads
     await reader.close()
     await client.close()
+
+
+def test_an_isolated_bookie_restarted_meanwhile_stays_isolated(fault_cluster):
+    """The isolation names the process, not the pid it had: a bookie killed and started again while partitioned
+    (as another fault may do) must not reach ZooKeeper from its new pid until the partition heals. Cut off, the
+    new incarnation gives up on ZooKeeper and exits, as a partitioned machine's reboot would; healed, it starts."""
+    cluster = fault_cluster(bookies=1, bookie_env=SHORT_BOOKIE_SESSION)
+    (victim,) = cluster.bookies.bookies
+    fault = PartitionBookie(victim)
+    fault.inject(cluster, random.Random(7))
+    victim.kill9()
+    old_pid = victim.proc.pid
+    victim.spawn()
+    assert cluster.proxy.describe()["rules"]["pids"] == [victim.proc.pid] != [old_pid]
+    wait_until(lambda: victim.proc.poll() is not None, 60,
+               lambda: f"the restarted bookie to give up on ZooKeeper; it runs on: {victim.log_tail(5)}")
+    assert "cannot connect to ZooKeeper" in victim.log_tail(5)
+    fault.heal(cluster)
+    assert cluster.proxy.describe()["rules"] == {"links": [], "pids": []}
+    victim.start(60)
+    wait_until(lambda: registered(cluster, f"/ledgers/available/{victim.bookie_id}"), 30,
+               "the bookie to register once the partition healed")
 
 
 def test_a_partitioned_broker_loses_its_topic_to_the_other_and_nothing_acknowledged_is_lost(fault_cluster):

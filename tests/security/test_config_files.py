@@ -155,7 +155,8 @@ class StandaloneFromFile(BrokerProcess):
 
     def command(self) -> list[str]:
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), "--config", str(self.config_path)]
+                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port),
+                "--config", str(self.config_path)]
 
 
 @pytest.fixture

@@ -453,6 +453,7 @@ def test_a_broker_whose_key_does_not_load_refuses_to_start(tmp_path, tls_files):
     broker = Path(sys.executable).parent / "broker"
     result = subprocess.run([str(broker), "standalone", "--data-dir", str(tmp_path / "data"), "--config", str(config),
                              "--port", str(free_port()), "--http-port", str(free_port()),
-                             "--bookie-port", str(free_port_block(3))], capture_output=True, text=True, timeout=60)
+                             "--bookie-port", str(free_port_block(3)), "--bookie-http-port", "0"],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "cannot load the broker certificate" in result.stderr and "missing.key.pem" in result.stderr

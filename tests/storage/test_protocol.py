@@ -50,6 +50,29 @@ def test_decoder_reassembles_frames_split_at_every_byte():
     assert out == messages
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 400), max_size=12), st.lists(st.integers(1, 700), min_size=1, max_size=40))
+def test_decoder_gives_the_same_messages_for_any_split_of_the_stream(body_sizes, cuts):
+    messages = [p.AddRequest(i, 1, i, 0, b"k", bytes([i % 256]) * n) for i, n in enumerate(body_sizes)]
+    stream = b"".join(p.encode(m) for m in messages)
+    decoder, out, pos, i = p.FrameDecoder("server"), [], 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)]
+        out += decoder.feed(stream[pos : pos + step])
+        pos, i = pos + step, i + 1
+    assert out == messages
+
+
+def test_whole_frames_in_one_read_leave_nothing_buffered_and_a_partial_tail_waits():
+    decoder = p.FrameDecoder("server")
+    big = p.AddRequest(1, 1, 0, 0, b"k", b"e" * 65536)
+    assert decoder.feed(p.encode(big) * 2) == [big, big]
+    assert len(decoder._buf) == 0
+    tail = p.encode(big)
+    assert decoder.feed(p.encode(big) + tail[:100]) == [big]
+    assert decoder.feed(tail[100:]) == [big] and len(decoder._buf) == 0
+
+
 def test_oversized_frame_rejected_before_buffering_it():
     decoder = p.FrameDecoder("server", max_frame_bytes=1024)
     with pytest.raises(FrameTooLargeError, match="1025 bytes exceeds the 1024-byte limit"):

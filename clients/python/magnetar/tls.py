@@ -16,20 +16,37 @@ from dataclasses import dataclass
 from magnetar.errors import InvalidConfiguration
 
 PLAIN, TLS = "pulsar://", "pulsar+ssl://"
+MAX_SERVICE_HOSTS = 64  # hosts in one service URL: a cluster's brokers, not a list to scan
 
 
 def parse_service_url(url: str) -> tuple[str, bool]:
     """``pulsar://h:p`` or ``pulsar+ssl://h:p`` -> ("h:p", uses TLS). Raises ValueError for anything else."""
+    addresses, tls = parse_service_hosts(url, many=False)
+    return addresses[0], tls
+
+
+def parse_service_hosts(url: str, many: bool = True) -> tuple[tuple[str, ...], bool]:
+    """``pulsar://h1:p1,h2:p2`` (Pulsar's form: one scheme, then hosts separated by commas) -> (("h1:p1", "h2:p2"),
+    uses TLS). Every host needs its port. Raises ValueError for anything else, or for more than
+    MAX_SERVICE_HOSTS hosts."""
     if not isinstance(url, str):
         raise ValueError(f"service URL must be a string, got {type(url).__name__}")
+    shape = "pulsar://host:port[,host:port...] or pulsar+ssl://host:port[,...]" if many else \
+        "pulsar://host:port or pulsar+ssl://host:port"
     for scheme, tls in ((PLAIN, False), (TLS, True)):
         if url.startswith(scheme):
-            address = url[len(scheme):].rstrip("/")
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit():
+            addresses = tuple(url[len(scheme):].rstrip("/").split(","))
+            if len(addresses) > 1 and not many:
                 break
-            return address, tls
-    raise ValueError(f"service URL must look like pulsar://host:port or pulsar+ssl://host:port, got {url!r}")
+            if len(addresses) > MAX_SERVICE_HOSTS:
+                raise ValueError(f"service URL names {len(addresses)} hosts; at most {MAX_SERVICE_HOSTS} are allowed")
+            for address in addresses:
+                host, _, port = address.rpartition(":")
+                bad_host = not host or any(c.isspace() or c == "/" for c in host)
+                if bad_host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ValueError(f"service URL must look like {shape}: bad host {address!r} in {url!r}")
+            return addresses, tls
+    raise ValueError(f"service URL must look like {shape}, got {url!r}")
 
 
 @dataclass(frozen=True)

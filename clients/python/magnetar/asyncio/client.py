@@ -14,15 +14,16 @@ from magnetar.asyncio.dead_letter import with_retry_defaults
 from magnetar.asyncio.partitioned import MultiTopicsConsumer, PartitionedProducer
 from magnetar.asyncio.producer import AsyncProducer
 from magnetar.asyncio.schemas import get_schema_info
+from magnetar.asyncio.service_hosts import ServiceHosts
 from magnetar.schema.schema import WriterSchemas
 from magnetar.auth import Authentication
 from magnetar.errors import (
-    AlreadyClosed, ConnectError, InvalidConfiguration, InvalidTopicName, MagnetarError, ServiceNotReady, TopicNotFound,
-    for_code,
+    AlreadyClosed, ConnectError, InvalidConfiguration, InvalidTopicName, MagnetarError, ServiceNotReady, Timeout,
+    TopicNotFound, for_code,
 )
 from magnetar.message import MessageId
 from magnetar.protocol import pulsar_api_pb2 as pb
-from magnetar.tls import TlsOptions, client_context, parse_service_url
+from magnetar.tls import TlsOptions, client_context, parse_service_hosts, parse_service_url
 
 T = pb.BaseCommand
 MAX_REDIRECTS = 10
@@ -31,18 +32,21 @@ MAX_REDIRECTS = 10
 class AsyncClient:
     """``authentication``: a magnetar.auth method (AuthenticationToken / AuthenticationBasic / AuthenticationTLS).
     TLS (a ``pulsar+ssl://`` URL) takes the official client's ``tls_*`` options (magnetar/tls.py).
-    ``listener_name`` asks lookups for the broker's address on that advertised listener."""
+    ``listener_name`` asks lookups for the broker's address on that advertised listener. The service URL may name
+    several hosts, ``pulsar://h1:6650,h2:6650``: they are tried in turn (asyncio/service_hosts.py)."""
 
     def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30, rng: random.Random | None = None,
                  authentication: Authentication | None = None, tls_trust_certs_file_path: str | None = None,
                  tls_allow_insecure_connection: bool = False, tls_validate_hostname: bool = False,
                  tls_certificate_file_path: str | None = None, tls_private_key_file_path: str | None = None,
                  listener_name: str | None = None):
-        self.service_address, self.use_tls, self.ssl_context = self.check_options(
+        addresses, self.use_tls, self.ssl_context = self.check_options(
             service_url, authentication=authentication, tls_trust_certs_file_path=tls_trust_certs_file_path,
             tls_allow_insecure_connection=tls_allow_insecure_connection, tls_validate_hostname=tls_validate_hostname,
             tls_certificate_file_path=tls_certificate_file_path, tls_private_key_file_path=tls_private_key_file_path,
             listener_name=listener_name, operation_timeout_seconds=operation_timeout_seconds)
+        self.service_url = service_url
+        self.service_hosts = ServiceHosts(addresses)
         self.authentication = authentication
         self.listener_name = listener_name
         self.operation_timeout_s = operation_timeout_seconds
@@ -59,9 +63,10 @@ class AsyncClient:
     def check_options(service_url: str, *, authentication=None, tls_trust_certs_file_path=None,
                       tls_allow_insecure_connection=False, tls_validate_hostname=False, tls_certificate_file_path=None,
                       tls_private_key_file_path=None, listener_name=None, operation_timeout_seconds=30):
-        """(broker address, uses TLS, SSL context or None) for these options. Raises ValueError for a wrong type
-        or URL, InvalidConfiguration for options that do not fit together or files that cannot be loaded."""
-        address, use_tls = parse_service_url(service_url)
+        """(the service URL's host addresses, uses TLS, SSL context or None) for these options. Raises ValueError for
+        a wrong type or URL, InvalidConfiguration for options that do not fit together or files that cannot be
+        loaded."""
+        addresses, use_tls = parse_service_hosts(service_url)
         if authentication is not None and not isinstance(authentication, Authentication):
             raise ValueError(f"authentication must be a magnetar authentication (magnetar.AuthenticationToken, "
                              f"AuthenticationBasic, AuthenticationTLS), not {type(authentication).__module__}."
@@ -76,7 +81,7 @@ class AsyncClient:
         if client_cert is not None and not use_tls:
             raise InvalidConfiguration("AuthenticationTLS presents a client certificate in the TLS handshake: it "
                                        "needs a pulsar+ssl:// service URL")
-        return address, use_tls, (client_context(tls, client_cert) if use_tls else None)
+        return addresses, use_tls, (client_context(tls, client_cert) if use_tls else None)
 
     def next_handler_id(self) -> int:
         return next(self._ids)
@@ -115,11 +120,33 @@ class AsyncClient:
             return conn
         return await asyncio.shield(pending)
 
+    async def service_connection(self) -> Connection:
+        """A connection to a host of the service URL: the one in use while it lasts, else the hosts in turn (see
+        ServiceHosts). Raises ConnectError when none can be reached, naming each host's failure."""
+        current = self.service_hosts.current
+        conn = self._connections.get(current) if current is not None else None
+        if conn is not None and not conn.closed:
+            return conn
+        failures: list[MagnetarError] = []
+        for address in self.service_hosts.to_try():
+            try:
+                conn = await self.connection(address)
+            except (ConnectError, Timeout) as exc:  # this host is down or silent: the next one may answer
+                failures.append(exc)
+                continue
+            self.service_hosts.answered(address)
+            return conn
+        self.service_hosts.none_answered()
+        if len(failures) == 1:
+            raise failures[0]
+        raise ConnectError(f"no host of {self.service_url} could be reached: {'; '.join(map(str, failures))}") \
+            from failures[-1]
+
     async def lookup(self, topic: str) -> str:
         """The address of the broker that serves ``topic`` (LOOKUP, following Redirect answers)."""
-        address, authoritative = self.service_address, False
+        address, authoritative = None, False
         for _ in range(MAX_REDIRECTS):
-            conn = await self.connection(address)
+            conn = await (self.service_connection() if address is None else self.connection(address))
             lookup = pb.CommandLookupTopic(topic=topic, request_id=conn.next_request_id(), authoritative=authoritative)
             if self.listener_name is not None:
                 lookup.advertised_listener_name = self.listener_name
@@ -147,7 +174,7 @@ class AsyncClient:
         return await self.connection(await self.lookup(topic))
 
     async def get_partitions(self, topic: str) -> int:
-        conn = await self.connection(self.service_address)
+        conn = await self.service_connection()
         resp = await conn.request(T.PARTITIONED_METADATA, "partitionMetadata", pb.CommandPartitionedTopicMetadata(
             topic=topic, request_id=conn.next_request_id()))
         if resp.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
@@ -219,7 +246,7 @@ class AsyncClient:
         m = re.match(r"^(persistent://)?([^/]+)/([^/]+)/", pattern.pattern)
         if not m:
             raise InvalidTopicName(f"a topics pattern must start with persistent://<tenant>/<namespace>/, got {pattern.pattern!r}")
-        conn = await self.connection(self.service_address)
+        conn = await self.service_connection()
         resp = await conn.request(T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", pb.CommandGetTopicsOfNamespace(
             request_id=conn.next_request_id(), namespace=f"{m.group(2)}/{m.group(3)}"))
         return sorted(t for t in resp.topics if pattern.fullmatch(t))

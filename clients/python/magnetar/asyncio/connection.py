@@ -55,14 +55,35 @@ class Connection(asyncio.Protocol):
                 lambda: conn, host, int(port), ssl=ssl_context, server_hostname=host if ssl_context else None),
                 operation_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            conn.abandon_handshake()
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
-        conn.write(T.CONNECT, connect=connect)
+        connected = False
         try:
+            # The socket may already be gone: a broker (or the proxy in front of it) that accepts and closes at
+            # once is seen only after create_connection returned. connection_lost then failed the handshake.
+            conn.write(T.CONNECT, connect=connect)
             await asyncio.wait_for(asyncio.shield(conn.handshake), operation_timeout_s)
+            connected = True
+        except ConnectError as exc:
+            raise ConnectError(f"cannot connect to {address}: the connection closed before the handshake") from exc
         except asyncio.TimeoutError as exc:
-            conn.close()
             raise Timeout(f"no CONNECTED from {address}") from exc
+        finally:
+            if not connected:
+                conn.close()
+                conn.abandon_handshake()
         return conn
+
+    def abandon_handshake(self) -> None:
+        """open() gave up: nobody will await the handshake, so its failure (already set, or set by a later
+        connection_lost) must not reach the loop's handler as "Future exception was never retrieved"."""
+        fut, self.handshake = self.handshake, None
+        if fut is None:
+            return
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled():
+            fut.exception()  # marks the failure as seen
 
     def connection_made(self, transport) -> None:
         self.transport = transport

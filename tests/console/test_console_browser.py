@@ -1,0 +1,197 @@
+"""The operator console in a real browser (Debian chromium, headless) against a real `broker standalone`:
+the seed's demo step by step -- bookies in three zones, produce, read the ledger id, unload, see the next
+ledger in the chain, a ledger's fragments, the metadata tree -- and a 1,000-topic namespace that loads in
+under a second. Every test fails on a JavaScript error in the page's console log (conftest.page)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.request
+
+from selenium.webdriver.common.by import By
+
+from storage.testing.waiting import wait_until
+
+STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
+
+
+def open_console(page, standalone, fragment: str) -> None:
+    page.get("about:blank")  # a fresh document each time: no state carried over from the previous page
+    page.get(f"http://127.0.0.1:{standalone.http_port}/console/{fragment}")
+
+
+# Read in one script, so a poll that redraws the page between two WebDriver calls leaves no stale element.
+def texts(page, css: str) -> list[str]:
+    return page.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css)
+
+
+def attrs(page, css: str, name: str) -> list[str]:
+    return page.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]))", css, name)
+
+
+def click_link(page, css: str, text: str | None = None) -> None:
+    """Click a link inside a region the poll redraws (found and clicked in one script)."""
+    wait_until(lambda: page.execute_script(
+        "const a = [...document.querySelectorAll(arguments[0])].find((e) => arguments[1] === null || "
+        "e.innerText === arguments[1]); if (a) a.click(); return !!a;", css, text), 15,
+        lambda: f"{css} {text or ''} on the page (it shows: {texts(page, '#view')[0][-600:]!r})")
+
+
+def shot(page, screenshots, name: str) -> None:
+    """A screenshot of the whole page at 1280 wide (the window grows to the page's height, then goes back)."""
+    for _ in range(2):  # the second look measures at the new width's own layout
+        height = page.execute_script("return document.documentElement.scrollHeight")
+        page.set_window_size(1280, min(max(height + 120, 800), 2400))
+    try:
+        page.save_screenshot(str(screenshots / f"{name}.png"))
+    finally:
+        page.set_window_size(1280, 800)
+
+
+def admin(standalone, method: str, path: str):
+    request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        body = answer.read()
+    return json.loads(body) if body else None
+
+
+def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, screenshots):
+    open_console(page, standalone, "#/cluster")
+    ids = wait_until(lambda: len(attrs(page, ".bookie[data-bookie-id]", "data-bookie-id")) == 3
+                     and attrs(page, ".bookie[data-bookie-id]", "data-bookie-id"), 30, "three bookies on the page")
+    zones = dict(zip(ids, attrs(page, ".bookie[data-bookie-id]", "data-zone")))
+    assert zones == STANDALONE_BOOKIES
+    # Grouped by zone: each zone's box holds its one bookie.
+    for zone in ("zone-a", "zone-b", "zone-c"):
+        in_zone = attrs(page, f'div.zone[data-zone="{zone}"] .bookie', "data-bookie-id")
+        assert in_zone == [f"standalone-bookie-{zone[-1]}"]
+    assert set(attrs(page, ".bookie", "data-state")) == {"writable"}
+    # "Healthy" on a quiet machine; a busy shared one may add an amber fsync or disk finding, never a red one.
+    assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict")[0] in ("Healthy", "Degraded")
+    assert "leader" in texts(page, "tr[data-broker-id]")[0]
+    shot(page, screenshots, "cluster")
+
+    # A narrow window: the page reflows instead of scrolling sideways.
+    page.set_window_size(420, 800)
+    try:
+        wait_until(lambda: page.execute_script("return window.innerWidth") <= 420, 10, "the window to narrow")
+        assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        page.save_screenshot(str(screenshots / "cluster-narrow.png"))
+    finally:
+        page.set_window_size(1280, 800)
+
+
+def _ledger_ids(page) -> list[int]:
+    return [int(x) for x in attrs(page, "#chain .ledger", "data-ledger-id")]
+
+
+def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, client, screenshots):
+    producer = client.create_producer("persistent://public/default/test")
+    producer.send(b"hello console, before the unload")
+    open_console(page, standalone, "#/topic/public/default/test")
+    first = wait_until(lambda: _ledger_ids(page), 30, "the topic's ledger chain on the page")
+    internal = admin(standalone, "GET", "/admin/v2/persistent/public/default/test/internalStats")
+    assert first == [ledger["ledgerId"] for ledger in internal["ledgers"]]
+    ledger_id = first[-1]
+
+    # An action asks first: cancelled, nothing happens; confirmed, it is done and the page shows it.
+    page.find_element(By.ID, "new-sub").send_keys("from-the-console")
+    page.find_element(By.ID, "action-create-sub").click()
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-cancel").click()
+    assert "from-the-console" not in admin(standalone, "GET", "/admin/v2/persistent/public/default/test/subscriptions")
+    page.find_element(By.ID, "action-create-sub").click()
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-ok").click()
+    wait_until(lambda: attrs(page, "#subs tr[data-subscription]", "data-subscription") == ["from-the-console"], 30,
+               "the new subscription in the table")
+
+    page.find_element(By.ID, "action-unload").click()
+    dialog = page.find_element(By.ID, "confirm")
+    wait_until(lambda: dialog.get_attribute("open") is not None, 10, "the confirmation dialog")
+    assert "Unload persistent://public/default/test" in page.find_element(By.ID, "confirm-text").text
+    page.find_element(By.ID, "confirm-ok").click()
+    result = wait_until(lambda: [t for t in texts(page, "#toast:not([hidden])") if t.startswith("Unload:")], 30,
+                        "the unload's result")
+    assert result[0].startswith("Unload: done (HTTP 204)"), result
+
+    producer.send(b"hello console, after the unload")  # the client reconnects through lookup, then sends
+    chain = wait_until(lambda: len(_ledger_ids(page)) >= 2 and _ledger_ids(page), 30,
+                       lambda: f"a second ledger in the chain (page shows {_ledger_ids(page)})")
+    assert chain[0] == ledger_id and chain[-1] > ledger_id
+    # The message sent after the unload is the new ledger's first entry, and the page shows it there.
+    assert admin(standalone, "GET", "/admin/v2/persistent/public/default/test/lastMessageId")["ledgerId"] == chain[-1]
+    wait_until(lambda: attrs(page, f'#chain .ledger[data-ledger-id="{chain[-1]}"]', "data-entries") == ["1"], 30,
+               "the new ledger's entry on the page")
+    assert attrs(page, f'#chain .ledger[data-ledger-id="{ledger_id}"]', "data-state") == ["CLOSED"]
+    shot(page, screenshots, "topic")
+
+    # The first ledger's fragment view: its ensemble's bookie ids, and its first entry readable.
+    click_link(page, f'#chain .ledger[data-ledger-id="{ledger_id}"] a.ledger-link')
+    bookies = wait_until(lambda: attrs(page, "#fragments .chip", "data-bookie-id"), 30, "the ledger's fragments")
+    assert bookies and set(bookies) <= set(STANDALONE_BOOKIES), bookies
+    assert texts(page, "#ledger-state") == ["CLOSED"]
+    page.find_element(By.ID, "read-first").click()
+    text = wait_until(lambda: texts(page, "#entry .entry-utf8"), 30, "the first entry")[0]
+    assert "hello console, before the unload" in text
+    shot(page, screenshots, "ledger")
+
+    # A row's action: the subscription's backlog (the message sent after the unload) is cleared. (Last: with
+    # nothing left to read in it, the first ledger may then leave the chain.)
+    open_console(page, standalone, "#/topic/public/default/test")
+    wait_until(lambda: texts(page, 'tr[data-subscription="from-the-console"] td.num')[:1] == ["1"], 30,
+               "a backlog of one on the page")
+    click_link(page, 'button[data-sub="from-the-console"][data-act="clear"]')
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-ok").click()
+    wait_until(lambda: any(t.startswith("Clear backlog: done") for t in texts(page, "#toast")), 30, "the clear's result")
+    stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/test/stats")
+    assert stats["subscriptions"]["from-the-console"]["msgBacklog"] == 0
+
+
+def test_metadata_browser_opens_at_managed_ledgers(page, standalone, client, screenshots):
+    client.create_producer("persistent://public/default/test").send(b"x")
+    open_console(page, standalone, "#/metadata?path=%2Fmanaged-ledgers")
+    children = wait_until(lambda: texts(page, "#children a"), 30, "the children of /managed-ledgers")
+    assert "public" in children
+    assert texts(page, "#crumbs")[0].replace(" ", "") == "//managed-ledgers"
+    for name in ("public", "default", "persistent", "test"):
+        wait_until(lambda: name in texts(page, "#children a"), 30, f"{name} among the children")
+        click_link(page, "#children a", name)
+    data = wait_until(lambda: texts(page, "#node-data") and "ledgers" in texts(page, "#node-data")[0]
+                      and texts(page, "#node-data")[0], 30, "the topic's managed-ledger node")
+    assert json.loads(data)["ledgers"]
+    assert int(texts(page, "#node-version")[0]) >= 0
+    assert texts(page, "#node-ephemeral") == ["persistent"]
+    shot(page, screenshots, "metadata")
+
+
+def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, screenshots):
+    admin(standalone, "PUT", "/admin/v2/namespaces/public/thousand")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for first in range(0, 1000, 250):
+            list(pool.map(lambda i: admin(standalone, "PUT", f"/admin/v2/persistent/public/thousand/t-{i:04d}"),
+                          range(first, first + 250)))
+            # Unloaded as they go: creating a topic gets slower with every topic loaded, and the list must not
+            # need them loaded anyway (it never loads one).
+            admin(standalone, "PUT", "/admin/v2/namespaces/public/thousand/unload")
+    open_console(page, standalone, "#/topics?ns=public%2Fthousand")
+    rendered_ms = wait_until(lambda: page.execute_script("return window.consoleTopicsRenderedMs"), 30,
+                             "the first page of topics")
+    print(f"1,000-topic namespace: first page rendered {rendered_ms:.0f} ms after navigation")
+    assert rendered_ms < 1000, f"the topics page took {rendered_ms:.0f} ms from navigation to its first rows"
+    shown = texts(page, "#view")[0]
+    assert "1,000 topics; showing 1–50" in shown, shown[:2000]
+    assert len(texts(page, "#topics-rows tr")) == 50
+    shot(page, screenshots, "topics")
+    # A refused action says why: no broker owns these bundles (their topics were unloaded), so none can split one.
+    click_link(page, 'button[data-act="split"]')
+    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
+    page.find_element(By.ID, "confirm-ok").click()
+    refused = wait_until(lambda: [t for t in texts(page, "#toast") if t.startswith("Split bundle:")], 30, "the result")
+    assert refused[0].startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused[0], refused
+    page.find_element(By.ID, "next").click()
+    wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
+    assert texts(page, "#topics-rows tr td a")[0] == "t-0050"
