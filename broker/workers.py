@@ -220,7 +220,9 @@ class Supervisor:
         """Relay the child's stdout with its name, notice its ready line, and handle its exit."""
         while line := await proc.stdout.readline():
             text = line.decode(errors="replace").rstrip("\n")
-            print(f"[{child.name}] {text}", flush=True)
+            # Scripts wait for " ready (" in the standalone's output: only the supervisor's own line, printed once
+            # every child is up, may carry it, so a child's ready line is relayed as "serving (".
+            print(f"[{child.name}] {text.replace(' ready (', ' serving (')}", flush=True)
             if " ready (" in text and not ready.done():
                 child.ready_line = text
                 ready.set_result(text)

@@ -65,6 +65,9 @@ def test_topics_land_on_every_worker_and_a_killed_worker_is_taken_over_and_resta
     broker = workers_standalone()
     children = standalone_children(broker.proc.pid)
     assert sorted(children) == ["bookie-a", "bookie-b", "bookie-c"] + [f"worker-{i}" for i in range(WORKERS)]
+    # Scripts wait for " ready (": the supervisor's line is the only one that has it, after every child's.
+    output = broker.log_since_start()
+    assert output.count(" ready (") == 1 and output.index(" ready (") > output.rindex("[worker-1] broker ")
     client = official_client(broker)
     try:
         by_owner = topics_on_each_worker(broker, client, "spread")
@@ -122,7 +125,7 @@ def test_a_killed_bookie_returns_sigterm_stops_every_child_and_the_data_restarts
             producer.send(f"{topic[-1]}{i}".encode())
     # A bookie killed with kill -9 comes back under its own id: its cookie still matches its data.
     os.kill(children["bookie-a"], signal.SIGKILL)
-    wait_until(lambda: broker.log_since_start().count("[bookie-a] bookie standalone-bookie-a ready (") == 2, 120,
+    wait_until(lambda: broker.log_since_start().count("[bookie-a] bookie standalone-bookie-a serving (") == 2, 120,
                "the killed bookie to be restarted and ready")
     for topic, producer in zip(topics, producers):
         for i in range(25, 50):
