@@ -20,7 +20,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
-from broker.workers import default_workers
+from broker.workers import default_workers, workers_for
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name", "stream_port")
@@ -91,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     _use_uvloop()
     bookie_http_port = getattr(args, "bookie_http_port", 0)
     if data_dir is not None and not args.single_process:
-        workers = args.workers if args.workers is not None else default_workers()
+        workers = args.workers
+        if workers is None:
+            workers, why = workers_for(config, default_workers())
+            if why:
+                print(f"broker standalone: 1 broker worker ({why}); --workers N with other ports, or "
+                      "--single-process", flush=True)
         return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level, bookie_http_port))
     if data_dir is None and args.workers != 1:
         return asyncio.run(_serve_workers(config, None, None, args.workers, args.log_level))

@@ -74,6 +74,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def workers_for(config: BrokerConfig, cores: int) -> tuple[int, str | None]:
+    """The worker count when none was asked for: one per core, or 1 (and why) for a config only one broker can
+    serve -- advertised listeners name one broker's ports, and a port of 0 leaves the advertised port unknown."""
+    if config.advertised_listeners:
+        return 1, "advertisedListeners names one broker's ports"
+    if 0 in (config.port, config.http_port, config.tls_port, config.https_port):
+        return 1, "a port of 0 (any) leaves the cluster's advertised port unknown"
+    return max(1, cores), None
+
+
 def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port: Callable[[], int]) -> list[BrokerConfig]:
     """The config of each of ``count`` workers: worker 0 keeps the configured listeners, the others get ports from
     ``pick_port`` for each listener that is on, and no Stream API. Raises ValueError for a plan that cannot work."""

@@ -60,3 +60,14 @@ def test_one_worker_may_use_any_port_and_advertised_listeners():
 ])
 def test_restart_delay_backs_off_while_a_child_keeps_dying_young(previous, ran_for, expected):
     assert restart_delay_s(previous, ran_for) == expected
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({}, (4, None)),
+    ({"advertised_listeners": "internal:pulsar://127.0.0.1:6650"}, (1, "advertisedListeners names one broker's ports")),
+    ({"http_port": 0}, (1, "a port of 0 (any) leaves the cluster's advertised port unknown")),
+])
+def test_without_workers_asked_for_one_per_core_unless_only_one_broker_can_serve_the_config(changes, expected):
+    from broker.workers import workers_for
+
+    assert workers_for(BrokerConfig(metadata_store_url="x://", **changes), 4) == expected
