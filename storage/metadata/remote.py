@@ -110,10 +110,12 @@ class RemoteStore(MetadataStore):
 
     async def _connect(self) -> None:
         try:
-            _, conn = await asyncio.wait_for(
-                self._loop.create_unix_connection(lambda: _Connection(self), self._path), CONNECT_TIMEOUT_S)
-            self._session_id = await asyncio.wait_for(conn.hello, CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
+            # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancellation when the connect fails at
+            # the same moment, and a reconnect loop that swallows its cancellation never ends.
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                _, conn = await self._loop.create_unix_connection(lambda: _Connection(self), self._path)
+                self._session_id = await conn.hello
+        except OSError as exc:  # TimeoutError included
             raise MetadataConnectionError(f"cannot reach the metadata store at unix://{self._path}: {exc}") from exc
         self._conn = conn
 
