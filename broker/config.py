@@ -121,7 +121,9 @@ class BrokerConfig:
     broker_delete_inactive_topics_frequency_s: float = 60.0
     broker_delete_inactive_topics_max_inactive_duration_s: int = 60
     broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
-    subscription_expiration_time_minutes: int = 0  # 0 = never
+    # 0 = never. Minutes, as Pulsar's key; a fraction is allowed here (not in Pulsar's properties file, nor in a
+    # namespace policy) so a test can expire a subscription in seconds with the real check.
+    subscription_expiration_time_minutes: float = 0
     subscription_expiry_check_interval_s: float = 300.0  # subscriptionExpiryCheckIntervalInMinutes 5
     delayed_delivery_enabled: bool = True
     # Schema registry defaults (broker/schemas); namespace policies override each.
@@ -142,6 +144,9 @@ class BrokerConfig:
     managed_ledger_min_ledger_rollover_time_s: int = 600
     managed_ledger_max_ledger_rollover_time_s: int = 14_400
     managed_ledger_cache_size_mb: int = 64
+    # Writes of a subscription's acknowledgements per second (storage/managed_ledger/mark_delete_rate.py); 0 = every
+    # ack written at once. A namespace's or topic's persistence policy (managedLedgerMaxMarkDeleteRate) overrides it.
+    managed_ledger_default_mark_delete_rate_limit: float = 1.0
     default_retention_time_s: int = 0
     default_retention_size_mb: int = 0
 
@@ -178,6 +183,11 @@ class BrokerConfig:
     tls_certificate_file_path: str | None = None
     tls_key_file_path: str | None = None
     tls_trust_certs_file_path: str | None = None  # CA that client certificates must chain to
+    # How this broker proves who it is to other brokers' admin REST (Pulsar's brokerClientAuthentication*): a
+    # client plugin class name and its parameters, as in client.conf. Used to list the non-persistent topics other
+    # brokers serve; that role should be a superuser. None: no credentials (authentication off).
+    broker_client_authentication_plugin: str | None = None
+    broker_client_authentication_parameters: str | None = dataclasses.field(default=None, repr=False)
     tls_require_trusted_client_cert_on_connect: bool = False
     tls_allow_insecure_connection: bool = False
     authentication_enabled: bool = False
@@ -258,6 +268,7 @@ class BrokerConfig:
             retention_time_s=self.default_retention_time_s if retention_time_s is None else retention_time_s,
             retention_size_mb=self.default_retention_size_mb if retention_size_mb is None else retention_size_mb,
             cache_size_mb=self.managed_ledger_cache_size_mb,
+            mark_delete_rate_per_s=self.managed_ledger_default_mark_delete_rate_limit,
         ).validate()
 
     def bookie_client_tls(self) -> dict:
@@ -393,6 +404,12 @@ class BrokerConfig:
                 and self.bookkeeper_tls_key_file_path):
             raise ValueError("bookkeeper_tls_client_authentication needs bookkeeper_tls_trust_certs_file_path, "
                              "bookkeeper_tls_certificate_file_path and bookkeeper_tls_key_file_path")
+        if self.broker_client_authentication_plugin:
+            from broker.admin_cli.settings import AdminCliError, authentication  # one parser of Pulsar's plugins
+            try:
+                authentication(self.broker_client_authentication_plugin, self.broker_client_authentication_parameters)
+            except AdminCliError as exc:
+                raise ValueError(f"broker_client_authentication_*: {exc}") from exc
         for secret in (self.managed_ledger_password_secret, *self.managed_ledger_password_previous_secrets):
             if secret is not None:
                 parse_secret(secret)  # empty, or an unreadable file

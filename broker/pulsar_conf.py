@@ -200,6 +200,8 @@ PULSAR_KEYS: dict[str, Key] = {
     "tlsCertificateFilePath": Key("tls_certificate_file_path", _text),
     "tlsKeyFilePath": Key("tls_key_file_path", _text),
     "tlsTrustCertsFilePath": Key("tls_trust_certs_file_path", _text),
+    "brokerClientAuthenticationPlugin": Key("broker_client_authentication_plugin", _text),
+    "brokerClientAuthenticationParameters": Key("broker_client_authentication_parameters", _text),
     "tlsRequireTrustedClientCertOnConnect": Key("tls_require_trusted_client_cert_on_connect", _bool),
     "tlsAllowInsecureConnection": Key("tls_allow_insecure_connection", _bool),
     # -- authentication and authorization
@@ -282,6 +284,7 @@ PULSAR_KEYS: dict[str, Key] = {
     "managedLedgerMinLedgerRolloverTimeMinutes": Key("managed_ledger_min_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerMaxLedgerRolloverTimeMinutes": Key("managed_ledger_max_ledger_rollover_time_s", _scaled(60)),
     "managedLedgerCacheSizeMB": Key("managed_ledger_cache_size_mb", _int),
+    "managedLedgerDefaultMarkDeleteRateLimit": Key("managed_ledger_default_mark_delete_rate_limit", _float),
     # Pulsar's one password for every ledger; Magnetar derives each ledger's password from it (docs/security.md)
     "managedLedgerPassword": Key("managed_ledger_password_secret", _text),
     # -- TLS to the bookies (docs/security.md "Storage")

@@ -267,15 +267,13 @@ class BrokerService:
     async def partitioned_metadata(self, topic: TopicName) -> int:
         """Partition count for PARTITIONED_METADATA; auto-creates a partitioned topic when configured so."""
         await self._check_namespace(topic)
-        if not topic.persistent:
-            return 0  # partitioned non-persistent topics are not supported
         partitions = await self.resources.partition_count(topic)
         if partitions or topic.partition_index >= 0:
             return partitions
         if (
             self.config.allow_auto_topic_creation
             and self.config.allow_auto_topic_creation_type == "partitioned"
-            and not await self.factory.exists(topic.managed_ledger_name)
+            and not await self._exists_unpartitioned(topic)
         ):
             try:
                 await self.create_partitioned_topic(topic, self.config.default_num_partitions)
@@ -297,6 +295,13 @@ class BrokerService:
             await self.resources.update_partitioned_topic(topic, partitions)
         else:
             await self.resources.create_partitioned_topic(topic, partitions)
+
+    async def _exists_unpartitioned(self, topic: TopicName) -> bool:
+        """A non-partitioned topic of this name exists: a managed ledger, or a non-persistent topic loaded here."""
+        if topic.persistent:
+            return await self.factory.exists(topic.managed_ledger_name)
+        loaded = self.non_persistent.get(str(topic))
+        return loaded is not None and not loaded.closed
 
     async def _check_topic_count(self, topic: TopicName, new_topics: int) -> None:
         limit = self.config.max_topics_per_namespace
@@ -367,7 +372,10 @@ class BrokerService:
         owner = await self.ownership.try_acquire(name)
         if owner.broker_id != self.ownership.me.broker_id:
             raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
-        if not admin and not (create and self.config.allow_auto_topic_creation):
+        if await self.resources.partition_count(name) > 0:
+            raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
+        partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0
+        if not partitioned_parent and not admin and not (create and self.config.allow_auto_topic_creation):
             raise TopicNotFoundError(f"topic {name} does not exist")
         policies = await self.resources.get_policies(name.namespace_name)
         topic = NonPersistentTopic(self, name, policies, await self.resources.get_topic_policies(name))
@@ -457,7 +465,7 @@ class BrokerService:
         now = time.monotonic()
         for sub in list(topic.subscriptions.values()):
             if sub.durable and subscription_expired(minutes, idle_s=now - sub.idle_since, has_consumers=bool(sub.consumers)):
-                log.info("subscription %s of %s expired (no consumer for %d min)", sub.name, topic.name, minutes)
+                log.info("subscription %s of %s expired (no consumer for %g min)", sub.name, topic.name, minutes)
                 await topic.remove_subscription(sub.name, delete=True)
 
     async def _delete_if_inactive(self, topic: PersistentTopic) -> None:
@@ -524,8 +532,8 @@ async def _password_secrets(config: BrokerConfig, store: MetadataStore) -> tuple
 
 
 def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic_policies: NamespacePolicies | None):
-    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates) from its
-    own policies, else its namespace's, else the broker's."""
+    """A topic's managed-ledger settings: retention and persistence (E/Qw/Qa of the ledgers it creates, and the
+    mark-delete rate of its subscriptions) from its own policies, else its namespace's, else the broker's."""
     def pick(name):
         value = getattr(topic_policies, name, None)
         return getattr(policies, name, None) if value is None else value
@@ -535,7 +543,8 @@ def topic_ledger_config(config: BrokerConfig, policies: NamespacePolicies, topic
     if persistence:
         ml_config = dataclasses.replace(ml_config, ensemble_size=persistence["bookkeeperEnsemble"],
                                         write_quorum_size=persistence["bookkeeperWriteQuorum"],
-                                        ack_quorum_size=persistence["bookkeeperAckQuorum"]).validate()
+                                        ack_quorum_size=persistence["bookkeeperAckQuorum"],
+                                        mark_delete_rate_per_s=persistence["managedLedgerMaxMarkDeleteRate"]).validate()
     return ml_config
 
 

@@ -1,5 +1,6 @@
 """Backlog operations pulsar-admin users reach for: ``topics peek-messages | skip | skip-all | clear-backlog |
-expire-messages | expire-messages-all-subscriptions | terminate | info-internal`` and ``namespaces clear-backlog``.
+expire-messages | expire-messages-all-subscriptions | terminate | partitioned-terminate | info-internal`` and
+``namespaces clear-backlog``.
 
 ``peek-messages`` prints each message as pulsar-admin does: its id and metadata lines, then the payload as a
 hex dump (Netty's prettyHexDump layout), from ``GET .../subscription/{sub}/position/{n}`` for n = 1..count.
@@ -8,6 +9,7 @@ hex dump (Netty's prettyHexDump layout), from ``GET .../subscription/{sub}/posit
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 import click
 
@@ -101,6 +103,16 @@ def expire_all(rest, path, expire_s):
 def terminate(rest, path):
     last = rest.request("POST", f"{path}/terminate").json()
     emit(f"Topic successfully terminated at {last['ledgerId']}:{last['entryId']}")
+
+
+@_topic_command("partitioned-terminate", "Terminate every partition of a partitioned topic.")
+def partitioned_terminate(rest, path):
+    last_ids = rest.request("POST", f"{path}/terminate/partitions").json()
+    domain, tenant, ns, local = path[len("/admin/v2/"):].split("/", 3)
+    name = f"{domain}://{tenant}/{ns}/{urllib.parse.unquote(local)}"
+    for index, last in sorted(last_ids.items(), key=lambda kv: int(kv[0])):
+        emit(f"Topic {name}-partition-{index} successfully terminated at "
+             f"{last['ledgerId']}:{last['entryId']}:{last['partitionIndex']}")
 
 
 @_topic_command("info-internal", "Get the internal metadata of a topic (its ledgers and properties).")

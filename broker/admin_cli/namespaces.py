@@ -194,46 +194,4 @@ for _row in _LIMITS:
     _limit_commands(*_row)
 
 
-# ---- rates: (command suffix, REST policy) -------------------------------------------------------------------
-
-_DISPATCH_FLAGS = (
-    ("-md", "--msg-dispatch-rate", "dispatchThrottlingRateInMsg", -1),
-    ("-bd", "--byte-dispatch-rate", "dispatchThrottlingRateInByte", -1),
-    ("-dt", "--dispatch-rate-period", "ratePeriodInSecond", 1),
-)
-_RATES = (
-    ("publish-rate", "publishRate", (("-m", "--msg-publish-rate", "publishThrottlingRateInMsg", -1),
-                                     ("-b", "--byte-publish-rate", "publishThrottlingRateInByte", -1))),
-    ("dispatch-rate", "dispatchRate", _DISPATCH_FLAGS),
-    ("subscription-dispatch-rate", "subscriptionDispatchRate", _DISPATCH_FLAGS),
-)
-
-
-def _rate_commands(suffix: str, policy: str, flags) -> None:
-    def set_rate(rest, ns, relative_to_publish_rate=None, **values):
-        doc = {field: values[long.lstrip("-").replace("-", "_")] for _, long, field, _ in flags}
-        if relative_to_publish_rate is not None:
-            doc["relativeToPublishRate"] = relative_to_publish_rate
-        rest.post(f"/admin/v2/namespaces/{ns}/{policy}", doc)
-
-    for short, long, field, default in reversed(flags):
-        set_rate = click.option(short, long, type=int, default=default, show_default=True, help=field)(set_rate)
-    if policy != "publishRate":
-        set_rate = click.option("-rp", "--relative-to-publish-rate", is_flag=True,
-                                help="Throttle at publish rate + this rate.")(set_rate)
-    _ns_command(f"set-{suffix}", f"Set {policy} for every topic of the namespace.")(set_rate)
-
-    @_ns_command(f"get-{suffix}", f"Get the namespace's {policy} (null when not set).")
-    def get_rate(rest, ns):
-        emit(rest.get(f"/admin/v2/namespaces/{ns}/{policy}"))
-
-    @_ns_command(f"remove-{suffix}", f"Remove the namespace's {policy}.")
-    def remove_rate(rest, ns):
-        rest.delete(f"/admin/v2/namespaces/{ns}/{policy}")
-
-
-for _row in _RATES:
-    _rate_commands(*_row)
-
-
 GROUPS = (namespaces,)

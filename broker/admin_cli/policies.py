@@ -1,5 +1,5 @@
-"""Lifecycle policies at namespace and topic level: message TTL, backlog quotas, persistence, retention,
-deduplication, the producer/consumer limits, inactive-topic deletion and subscription expiry.
+"""Policies at namespace and topic level: message TTL, backlog quotas, persistence, retention, deduplication,
+the producer/consumer limits, inactive-topic deletion, subscription expiry, and the publish and dispatch rates.
 
 pulsar-admin has each as ``set-X`` / ``get-X`` / ``remove-X`` under ``namespaces`` (on
 ``/admin/v2/namespaces/{t}/{ns}/{policy}``) and under ``topics`` (on ``/admin/v2/persistent/{t}/{ns}/{topic}/
@@ -159,6 +159,38 @@ DEDUP_OPTIONS = (click.option("-e", "--enable", is_flag=True, help="Enable dedup
                  click.option("-d", "--disable", is_flag=True, help="Disable deduplication."))
 
 
+# Rates: (command name, REST policy, flags as (short, long, document field, default)); the same at both levels.
+_DISPATCH_FLAGS = (
+    ("-md", "--msg-dispatch-rate", "dispatchThrottlingRateInMsg", -1),
+    ("-bd", "--byte-dispatch-rate", "dispatchThrottlingRateInByte", -1),
+    ("-dt", "--dispatch-rate-period", "ratePeriodInSecond", 1),
+)
+RATES = (
+    ("publish-rate", "publishRate", (("-m", "--msg-publish-rate", "publishThrottlingRateInMsg", -1),
+                                     ("-b", "--byte-publish-rate", "publishThrottlingRateInByte", -1))),
+    ("dispatch-rate", "dispatchRate", _DISPATCH_FLAGS),
+    ("subscription-dispatch-rate", "subscriptionDispatchRate", _DISPATCH_FLAGS),
+)
+
+
+def _rate_options(flags, relative: bool):
+    options = [click.option(short, long, field, type=int, default=default, show_default=True, help=field)
+               for short, long, field, default in flags]
+    if relative:
+        options.append(click.option("-rp", "--relative-to-publish-rate", "relativeToPublishRate", is_flag=True,
+                                    help="Throttle at publish rate + this rate."))
+    return options
+
+
+def _rate(**fields):
+    return dict(fields), {}
+
+
+def rate_commands(level: str) -> None:
+    for name, rest_name, flags in RATES:
+        policy_commands(level, name, rest_name, _rate_options(flags, rest_name != "publishRate"), _rate)
+
+
 # ---- namespace level -----------------------------------------------------------------------------------------
 
 policy_commands("namespace", "message-ttl", "messageTTL",
@@ -169,6 +201,9 @@ policy_commands("namespace", "persistence", "persistence", PERSISTENCE_OPTIONS, 
 policy_commands("namespace", "inactive-topic-policies", "inactiveTopicPolicies", INACTIVE_OPTIONS, _inactive)
 policy_commands("namespace", "subscription-expiration-time", "subscriptionExpirationTime",
                 [_value(("-t", "--time"), type=click.IntRange(0), help="Minutes without consumers.")], _body())
+
+
+rate_commands("namespace")
 
 
 @_ns_command("get-backlog-quotas", "Get the namespace's backlog quotas (by type).")
@@ -199,3 +234,4 @@ for _name, _rest_name, _flags in (
         ("max-unacked-messages-per-consumer", "maxUnackedMessagesOnConsumer", ("-m", "--maxNum")),
         ("max-unacked-messages-per-subscription", "maxUnackedMessagesOnSubscription", ("-m", "--maxNum"))):
     policy_commands("topic", _name, _rest_name, [_value(_flags, type=int, help=_rest_name)], _body())
+rate_commands("topic")

@@ -1,21 +1,34 @@
 """Admin REST and lookup for non-persistent topics (``/admin/v2/non-persistent/...``), in Pulsar's shapes.
 
 A non-persistent topic is on record nowhere but in the memory of the broker
-serving it, so its list and its stats come from that broker: one that does not
-serve the topic answers 404 (lookup names the one that does).
+serving it, so its stats come from that broker: one that does not serve the
+topic answers 404 (lookup names the one that does). The namespace's list
+(``GET .../{tenant}/{ns}``) gathers every broker's (broker/ownership/non_persistent_listing.py);
+``GET .../{tenant}/{ns}/{bundle}`` (Pulsar's getListInBundle) answers this
+broker's own in one bundle, which is what the others ask.
+
+Partitioned non-persistent topics are on record like persistent ones
+(``/admin/partitioned-topics/<t>/<ns>/non-persistent/<topic>``):
+``PUT``/``POST``/``GET``/``DELETE .../{topic}/partitions`` and
+``GET .../{tenant}/{ns}/partitioned``; each partition is a non-persistent topic
+of its own, loaded where its name hashes.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from broker.http.admin import _ns, _service
+from broker.errors import NotAllowedError
+from broker.http.admin import BadRequest, _json, _ns, _service
 from broker.http.lookup import lookup_answer, lookup_redirect
+from broker.ownership.bundles import parse_bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics.names import parse_topic
+from broker.ownership.non_persistent_listing import local_topics_in_bundle, topics_of_namespace
 
 routes = web.RouteTableDef()
+NS = "/admin/v2/non-persistent/{tenant}/{ns}"
 
 
 def _topic(request):
@@ -23,10 +36,77 @@ def _topic(request):
     return parse_topic(f"non-persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
 
 
-@routes.get("/admin/v2/non-persistent/{tenant}/{ns}")
+@routes.get(NS)
 @requires(Need.TENANT_ADMIN)
 async def list_topics(request):
-    return web.json_response(_service(request).non_persistent_topics_of(_ns(request)))
+    service, ns = _service(request), _ns(request)
+    await service.resources.get_policies(ns)  # 404 for a missing namespace
+    return web.json_response(await topics_of_namespace(service, ns))
+
+
+@routes.get(NS + "/partitioned")
+@requires(Need.TENANT_ADMIN)
+async def list_partitioned(request):
+    service = _service(request)
+    return web.json_response([str(t) for t in await service.resources.partitioned_topics(_ns(request), "non-persistent")])
+
+
+@routes.get(NS + "/{bundle}")
+@requires(Need.TENANT_ADMIN)
+async def list_in_bundle(request):
+    """The non-persistent topics this broker serves in one bundle of the namespace (what other brokers ask)."""
+    bundle = parse_bundle_name(request.match_info["bundle"])  # 412 for a malformed range
+    return web.json_response(local_topics_in_bundle(_service(request), _ns(request), bundle))
+
+
+def _partitions(body) -> int:
+    if not isinstance(body, int) or isinstance(body, bool):
+        raise BadRequest("the body must be the number of partitions")
+    return body
+
+
+@routes.put(NS + "/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
+async def create_partitioned(request):
+    service, topic = _service(request), _topic(request)
+    partitions = _partitions(await _json(request))
+    await service.resources.get_policies(topic.namespace_name)
+    loaded = service.non_persistent.get(str(topic))
+    if loaded is not None and not loaded.closed:
+        raise NotAllowedError(f"a non-partitioned topic {topic} is in use")
+    await service.create_partitioned_topic(topic, partitions)
+    return web.Response(status=204)
+
+
+@routes.post(NS + "/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
+async def update_partitioned(request):
+    partitions = _partitions(await _json(request))
+    await _service(request).create_partitioned_topic(_topic(request), partitions, update=True)
+    return web.Response(status=204)
+
+
+@routes.get(NS + "/{topic}/partitions")
+@requires(Need.LOOKUP)
+async def get_partitions(request):
+    return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
+
+
+@routes.delete(NS + "/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
+async def delete_partitioned(request):
+    """Forget the partitioned topic; its partitions served here are closed (their clients look them up again and
+    find them gone). A partition another broker serves goes when its last client leaves or its bundle unloads."""
+    service, topic = _service(request), _topic(request)
+    count = await service.resources.partition_count(topic)
+    if count == 0:
+        raise NotFoundError(f"partitioned topic {topic} does not exist")
+    await service.resources.delete_partitioned_topic(topic)
+    for i in range(count):
+        loaded = service.non_persistent.get(str(topic.partition(i)))
+        if loaded is not None and not loaded.closed:
+            await loaded.close(notify=True)
+    return web.Response(status=204)
 
 
 @routes.get("/admin/v2/non-persistent/{tenant}/{ns}/{topic}/stats")

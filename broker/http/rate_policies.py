@@ -18,6 +18,15 @@ broker's ``cluster_name``. A change applies at once to the namespace's topics
 loaded on this broker (broker/topics/throttling.py); other brokers' loaded
 topics get it through their watch on the namespace's policies
 (broker/ownership/policy_watch.py).
+
+Topic level: the same three under ``/admin/v2/persistent/{tenant}/{ns}/{topic}/``
+with the same documents, kept with the topic's other policies
+(``/admin/topic-policies/...``, per cluster like the namespace's) and shared
+by the partitions of a partitioned topic. A topic's rate overrides its
+namespace's, even a -1 ("no limit") one, as in Pulsar; ``DELETE`` brings the
+namespace's back. ``GET ...?applied=true`` answers the rate in force: the
+topic's, else the namespace's, else the broker's default (204 when there is
+none). Other brokers follow through their watch on the topic's policies node.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.http.admin import SERVICE, BadRequest, _json, _ns
+from broker.http.policies import _existing_topic, _set_topic
 from broker.security.authorization import Need, requires
 from broker.topics.rate_limits import DISPATCH_RATE_FIELDS, PUBLISH_RATE_FIELDS, check_rate_document
+from broker.topics.throttling import rate_for
 
 routes = web.RouteTableDef()
 
@@ -59,11 +70,7 @@ def _register(name: str) -> None:
     @routes.post(path)
     @requires(Need.TENANT_ADMIN)
     async def set_rate(request):
-        body = await _json(request)
-        try:
-            rate = check_rate_document(body, shape, kind)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
+        rate = await _body(request, shape, kind)
         await _set(request, attr, rate)
         return web.Response(status=204)
 
@@ -84,5 +91,78 @@ def _register(name: str) -> None:
         return web.Response(status=204)
 
 
+def _body(request, shape, kind):
+    async def parse():
+        try:
+            return check_rate_document(await _json(request), shape, kind)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+    return parse()
+
+
 for _name in RATE_POLICIES:
     _register(_name)
+
+
+# ---- topic level --------------------------------------------------------------------------
+
+
+def _broker_default(config, attr: str) -> dict | None:
+    """The broker's default rate as a document (None when it sets none)."""
+    if attr == "publish_max_message_rate":
+        doc = {"publishThrottlingRateInMsg": config.max_publish_rate_per_topic_in_messages,
+               "publishThrottlingRateInByte": config.max_publish_rate_per_topic_in_bytes}
+        return doc if any(v > 0 for v in doc.values()) else None
+    scope = "topic" if attr == "topic_dispatch_rate" else "subscription"
+    msg, byte = (getattr(config, f"dispatch_throttling_rate_per_{scope}_in_{unit}") for unit in ("msg", "byte"))
+    if msg <= 0 and byte <= 0:
+        return None
+    return {"dispatchThrottlingRateInMsg": msg, "dispatchThrottlingRateInByte": byte, "ratePeriodInSecond": 1,
+            "relativeToPublishRate": config.dispatch_throttling_rate_relative_to_publish_rate}
+
+
+async def _set_topic_rate(request, attr: str, rate: dict | None) -> None:
+    """Store (or with None remove) this cluster's rate in the topic's policies; _set_topic applies it."""
+    service, topic = await _existing_topic(request)
+    cluster = service.config.cluster_name
+    current = getattr(await service.resources.get_topic_policies(topic), attr) or {}
+    updated = {k: v for k, v in current.items() if k != cluster}
+    if rate is not None:
+        updated[cluster] = rate
+    await _set_topic(request, {attr: updated or None})
+
+
+def _register_topic(name: str) -> None:
+    path = f"/admin/v2/persistent/{{tenant}}/{{ns}}/{{topic}}/{name}"
+    attr, shape, kind = RATE_POLICIES[name]
+
+    @routes.post(path)
+    @requires(Need.TENANT_ADMIN)
+    async def set_rate(request):
+        rate = await _body(request, shape, kind)
+        await _set_topic_rate(request, attr, rate)
+        return web.Response(status=204)
+
+    @routes.get(path)
+    @requires(Need.TENANT_ADMIN)
+    async def get_rate(request):
+        service, topic = await _existing_topic(request)
+        cluster = service.config.cluster_name
+        own = await service.resources.get_topic_policies(topic)
+        if request.query.get("applied", "false").lower() != "true":
+            rate = rate_for(cluster, attr, None, own)
+        else:
+            rate = rate_for(cluster, attr, await service.resources.get_policies(topic.namespace_name), own)
+            if rate is None:
+                rate = _broker_default(service.config, attr)
+        return web.Response(status=204) if rate is None else web.json_response(rate)
+
+    @routes.delete(path)
+    @requires(Need.TENANT_ADMIN)
+    async def delete_rate(request):
+        await _set_topic_rate(request, attr, None)
+        return web.Response(status=204)
+
+
+for _name in RATE_POLICIES:
+    _register_topic(_name)

@@ -5,7 +5,9 @@ Subscriptions (``/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/.
 ``GET position/{n}`` peeks at the n-th unconsumed message (the payload, with
 Pulsar's ``X-Pulsar-*`` headers), ``POST skip/{n}``, ``POST skip_all``,
 ``POST expireMessages/{seconds}`` (and ``.../all_subscription/expireMessages/{seconds}``).
-Topics: ``POST terminate`` (answers the last message id), ``GET internal-info``
+Topics: ``POST terminate`` (answers the last message id), ``POST terminate/partitions``
+(each partition of a partitioned topic; answers ``{partition: last message id}``,
+asking the owner of a partition another broker owns), ``GET internal-info``
 (the managed ledger's metadata), ``GET backlog``. Namespaces: ``PUT unload``,
 ``POST clearBacklog`` (every subscription of every loaded topic, or one with
 ``?subscription=``; a bundle's with ``.../{bundle}/clearBacklog``),
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import ssl
 
+import aiohttp
 from aiohttp import web
 
 from broker.errors import NotAllowedError
@@ -30,6 +34,7 @@ from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
 from magnetar.compression import CompressionError, decompress
 from magnetar.protocol.frames import parse_headers_and_payload
+from magnetar.topic_name import encode_local_name
 from storage.client.api import parse_registration
 from storage.errors import NoNodeError
 
@@ -41,6 +46,7 @@ TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 MAX_PEEK_POSITION = 1_000_000  # a peek walks the unconsumed positions up to n
 MAX_EXPIRE_SECONDS = 100 * 365 * 24 * 3600
+FORWARD_TIMEOUT_S = 30
 BOOKIES_AVAILABLE = "/ledgers/available"
 
 
@@ -141,6 +147,49 @@ async def terminate(request):
     last = await topic.terminate()
     return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
                               "partitionIndex": topic.name.partition_index})
+
+
+async def _terminate_at(request, owner, partition) -> tuple[int, object]:
+    """Terminate a partition on the broker that owns it (its own terminate route), with the caller's credentials:
+    (status, answer)."""
+    service = request.app[SERVICE]
+    base = owner.web_url(request.secure)
+    url = f"{base}/admin/v2/persistent/{partition.namespace_name}/{encode_local_name(partition.local_name)}/terminate"
+    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+    tls = {"ssl": ssl.create_default_context(cafile=service.config.tls_trust_certs_file_path)} \
+        if base.startswith("https:") else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as http:
+        async with http.post(url, headers=headers, allow_redirects=False, **tls) as resp:
+            body = await resp.text()
+            if resp.status != 200:
+                return resp.status, f"terminating {partition} on broker {owner.broker_id}: {body[:500]}"
+            return 200, json.loads(body)
+
+
+@routes.post(TOPIC + "/terminate/partitions")
+@requires(Need.TENANT_ADMIN)
+async def terminate_partitions(request):
+    """Terminate every partition (Pulsar's terminatePartitionedTopic); 405 for a topic that is not partitioned.
+    A partition another broker owns is terminated there; its refusal (status and reason) ends the request."""
+    service, base = request.app[SERVICE], _topic(request)
+    count = await service.resources.partition_count(base)
+    if count == 0:
+        if await service.factory.exists(base.managed_ledger_name):
+            raise NotAllowedError(f"{base} is not a partitioned topic; terminate it with .../terminate")
+        raise NotFoundError(f"partitioned topic {base} does not exist")
+    answer = {}
+    for i in range(count):
+        partition = base.partition(i)
+        owner = await service.ownership.try_acquire(partition)
+        if owner.broker_id == service.ownership.me.broker_id:
+            last = await (await service.get_topic(partition, create=True)).terminate()
+            answer[str(i)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": i}
+            continue
+        status, doc = await _terminate_at(request, owner, partition)
+        if status != 200:
+            return web.json_response({"reason": doc}, status=status)
+        answer[str(i)] = doc
+    return web.json_response(answer)
 
 
 @routes.get(TOPIC + "/internal-info")

@@ -331,7 +331,8 @@ class Resources:
         raise ConflictError(f"the permissions of {ns} kept changing concurrently; retry")
 
     async def delete_namespace(self, ns: NamespaceName) -> None:
-        if await self.topics(ns) or await self.partitioned_topics(ns):
+        if (await self.topics(ns) or await self.partitioned_topics(ns)
+                or await self.partitioned_topics(ns, "non-persistent")):
             raise NotAllowedError(f"namespace {ns} still has topics")
         await self._delete(self._ns_path(ns), f"namespace {ns} does not exist")
         try:
@@ -421,9 +422,10 @@ class Resources:
         names = await self._children(f"{MANAGED_LEDGERS_ROOT}/{ns}/persistent")
         return sorted((TopicName.from_managed_ledger_name(f"{ns}/persistent/{n}") for n in names), key=str)
 
-    async def partitioned_topics(self, ns: NamespaceName) -> list[TopicName]:
-        names = await self._children(f"{PARTITIONED_ROOT}/{ns}/persistent")
-        return sorted((TopicName.from_managed_ledger_name(f"{ns}/persistent/{n}") for n in names), key=str)
+    async def partitioned_topics(self, ns: NamespaceName, domain: str = "persistent") -> list[TopicName]:
+        """The namespace's partitioned topics of ``domain`` (persistent or non-persistent: both are on record)."""
+        names = await self._children(f"{PARTITIONED_ROOT}/{ns}/{domain}")
+        return sorted((TopicName.from_managed_ledger_name(f"{ns}/{domain}/{n}") for n in names), key=str)
 
     async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
         if partitions < 1:
@@ -473,7 +475,8 @@ class Resources:
 
     @staticmethod
     def _partitioned_path(topic: TopicName) -> str:
-        return f"{PARTITIONED_ROOT}/{topic.namespace_name}/persistent/{encode_local_name(topic.local_name)}"
+        """Pulsar's layout: ``/admin/partitioned-topics/<t>/<ns>/<persistent|non-persistent>/<topic>``."""
+        return f"{PARTITIONED_ROOT}/{topic.namespace_name}/{topic.domain}/{encode_local_name(topic.local_name)}"
 
     async def _children(self, path: str) -> list[str]:
         with metadata_errors(f"listing {path}"):

@@ -23,6 +23,7 @@ from broker.server.field_bounds import check_producer, check_subscribe
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
 from broker.topics.names import parse_namespace, parse_topic
+from broker.ownership.non_persistent_listing import topics_of_namespace
 from broker.topics.persistent import DUPLICATE
 from broker.topics.producer import AccessMode, Producer
 from magnetar.protocol import pulsar_api_pb2 as pb
@@ -157,7 +158,7 @@ def on_get_topics_of_namespace(conn, frame) -> None:
         if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
             names = [str(t) for t in await conn.service.resources.topics(ns)]
         if mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
-            names += conn.service.non_persistent_topics_of(ns)
+            names += await topics_of_namespace(conn.service, ns)  # every broker's, as Pulsar lists them
         conn.write(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
             request_id=c.request_id, topics=names, filtered=False, changed=True))
 
@@ -384,7 +385,7 @@ def on_ack(conn, frame) -> None:
 
     async def run():
         try:
-            await binding.subscription.acknowledge(binding.consumer, cumulative, ids)
+            await binding.subscription.acknowledge(binding.consumer, cumulative, ids, receipt=request_id is not None)
         except BrokerError as exc:
             if request_id is not None:
                 conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(

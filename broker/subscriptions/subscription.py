@@ -133,18 +133,22 @@ class Subscription:
 
     # ---- acks ------------------------------------------------------------
 
-    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids: list[tuple[Position, list[int] | None, int]]) -> None:
-        """Apply acks. ``ids`` holds (position, ack_set or None, batch_size); ack_set bits mark messages still unacked."""
+    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids: list[tuple[Position, list[int] | None, int]],
+                          *, receipt: bool = False) -> None:
+        """Apply acks. ``ids`` holds (position, ack_set or None, batch_size); ack_set bits mark messages still unacked.
+
+        An ack the client waits a receipt for (a request id) returns once it is durable; any other is written
+        under the mark-delete rate (storage/managed_ledger/mark_delete_rate.py) and may return before."""
         if cumulative and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
             raise NotAllowedError(f"cumulative ack is not allowed on a {self.type.name} subscription")
         with persistence_errors(f"ack on {self.name} failed"):
             if cumulative:
-                await self._ack_cumulative(consumer, *ids[-1])
+                await self._ack_cumulative(consumer, *ids[-1], throttle=not receipt)
             else:
-                await self._ack_individual(consumer, ids)
+                await self._ack_individual(consumer, ids, throttle=not receipt)
         self.dispatcher.on_ack()
 
-    async def _ack_individual(self, consumer: Consumer, ids) -> None:
+    async def _ack_individual(self, consumer: Consumer, ids, throttle: bool) -> None:
         # Every change reaches the cursor's memory before the first await (see ManagedCursor), so a
         # redelivery decided meanwhile -- e.g. the consumer closing right after acking -- already sees it.
         persisted, whole = [], []
@@ -156,7 +160,7 @@ class Subscription:
                 remaining = longs_to_mask(ack_set, batch_size)
                 if remaining:
                     acked = ~remaining & ((1 << batch_size) - 1)
-                    persisted.append(self.cursor.delete_batch_mask(position, acked, batch_size))
+                    persisted.append(self.cursor.delete_batch_mask(position, acked, batch_size, throttle=throttle))
                     if consumer.pending.batch_size(position):  # tracked: batch_size is the one dispatched
                         consumer.pending.ack_batch_indexes(position, acked_indexes(remaining, batch_size))
                     if self.cursor.is_deleted(position):
@@ -164,7 +168,7 @@ class Subscription:
                     continue
             whole.append(position)
         if whole:
-            persisted.append(self.cursor.delete(whole))
+            persisted.append(self.cursor.delete(whole, throttle=throttle))
             for position in whole:
                 self._forget(consumer, position)
         for fut in persisted:
@@ -181,17 +185,18 @@ class Subscription:
             return known
         return min(max(claimed, 0), 64 * len(ack_set), self.topic.config.max_num_messages_in_batch)
 
-    async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size) -> None:
+    async def _ack_cumulative(self, consumer: Consumer, position: Position, ack_set, batch_size, throttle: bool) -> None:
         if ack_set is not None:
             batch_size = self._batch_size(consumer, position, ack_set, batch_size)
         partial = None
         remaining = longs_to_mask(ack_set, batch_size) if ack_set is not None and batch_size > 0 else 0
         if remaining:
             # Part of this batch is acked: ack those indexes, and everything before the entry in full.
-            partial = self.cursor.delete_batch_mask(position, ~remaining & ((1 << batch_size) - 1), batch_size)
+            partial = self.cursor.delete_batch_mask(position, ~remaining & ((1 << batch_size) - 1), batch_size,
+                                                   throttle=throttle)
             position = Position(position.ledger_id, position.entry_id - 1) if position.entry_id > 0 else None
         if position is not None and position > self.cursor.mark_delete_position:
-            await self.cursor.mark_delete(position)
+            await self.cursor.mark_delete(position, throttle=throttle)
         if partial is not None:
             await partial
         if position is None:

@@ -197,7 +197,7 @@ def inactive_topic_deletable(policy: dict | None, *, idle_s: float, has_producer
     return subscriptions == 0
 
 
-def subscription_expired(expiry_minutes: int | None, *, idle_s: float, has_consumers: bool) -> bool:
+def subscription_expired(expiry_minutes: float | None, *, idle_s: float, has_consumers: bool) -> bool:
     """A durable subscription with no consumer for longer than ``subscriptionExpirationTimeMinutes`` goes."""
     if not expiry_minutes or expiry_minutes <= 0 or has_consumers:
         return False

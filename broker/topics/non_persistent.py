@@ -9,7 +9,9 @@ cursor and no backlog: nothing is redelivered, acknowledgements change nothing,
 and a subscription goes away with its last consumer. A broker restart or an
 unload loses whatever was in flight, as in Pulsar.
 
-Not supported here: partitioned non-persistent topics, deduplication, seek.
+A partitioned non-persistent topic is a partition count on record
+(broker/http/non_persistent.py); each partition is one of these. Not supported
+here: deduplication, seek.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ class NonPersistentSubscription:
             self.topic.last_active = time.monotonic()
         return []
 
-    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids) -> None:
+    async def acknowledge(self, consumer: Consumer, cumulative: bool, ids, *, receipt: bool = False) -> None:
         pass  # nothing is stored or pending
 
     async def redeliver(self, consumer: Consumer, positions) -> None:
@@ -230,10 +232,11 @@ class NonPersistentTopic:
 
     def apply_policies(self, policies) -> None:
         self.policies = policies
-        self.rates.apply(policies)
+        self.rates.apply(policies, self.topic_policies)
 
     def apply_topic_policies(self, topic_policies) -> None:
         self.topic_policies = topic_policies
+        self.rates.apply(self.policies, topic_policies)
 
     def _check_open(self) -> None:
         if self.closed:

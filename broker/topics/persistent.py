@@ -108,11 +108,12 @@ class PersistentTopic:
         """The namespace's policies changed: limits read from them apply from now on, rates at once, the rest
         (dedup, retention and persistence, unacked limits, TTL and quota) in a task of its own."""
         self.policies = policies
-        self.rates.apply(policies)
+        self.rates.apply(policies, self.topic_policies)
         self.spawn(self._apply_live())
 
     def apply_topic_policies(self, topic_policies) -> None:
         self.topic_policies = topic_policies
+        self.rates.apply(self.policies, topic_policies)
         self.spawn(self._apply_live())
 
     async def _apply_live(self) -> None:
@@ -450,6 +451,10 @@ class PersistentTopic:
                     "messagesConsumedCounter": 0,
                     "numberOfEntriesSinceFirstNotAckedMessage": c.backlog,
                     "properties": dict(c.properties),
+                    # Magnetar's: the mark-delete rate's effect (acks answered before written, states written)
+                    "persistentMarkDeletePosition": "%d:%d" % tuple(c.persisted_mark_delete_position),
+                    "markDeleteWrites": c.mark_delete_writes,
+                    "deferredAcks": c.deferred_acks,
                 }
                 for name, c in self.ml.cursors.items()
             },

@@ -13,8 +13,10 @@ allow, and waits ``dispatch_wait`` seconds when either is used up. What went
 out is counted with ``dispatched``.
 
 A policy change reaches a loaded topic through ``apply`` (the admin routes
-call it for the topics of the namespace they changed); counts already made
-are kept, so a change never lets a burst through.
+call it for the topics of the namespace or topic they changed, the policy
+watch on every other broker); a topic's own rate overrides its namespace's,
+which overrides the broker's default. Counts already made are kept, so a
+change never lets a burst through.
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ from broker.topics.rate_limits import (
 )
 
 BROKER_PUBLISH_RATE = "broker publish rate"
+
+
+def rate_for(cluster: str, attr: str, policies, topic_policies=None) -> dict | None:
+    """This cluster's rate document ``attr`` from the topic's own policies, else from its namespace's; None for
+    neither (the broker's default applies). A topic's document wins even when it says -1 (no limit), as in Pulsar."""
+    for source in (topic_policies, policies):
+        doc = (getattr(source, attr, None) or {}).get(cluster)
+        if doc is not None:
+            return doc
+    return None
 
 
 class PublishThrottle:
@@ -105,14 +117,15 @@ class TopicRates:
         self.subscription_rate = UNLIMITED
         self._measure_publish = False  # only a relativeToPublishRate dispatch rate needs the publish rate
         self._subscriptions: dict[str, RateLimiter] = {}
-        self.apply(topic.policies)
+        self.apply(topic.policies, getattr(topic, "topic_policies", None))
 
-    def apply(self, policies) -> None:
-        """Take the rates of the namespace's ``policies`` (or the broker's defaults where it sets none)."""
+    def apply(self, policies, topic_policies=None) -> None:
+        """Take the rates of the topic's own policies, else of its namespace's ``policies``, else the broker's
+        defaults (each rate on its own: a topic may set its publish rate and keep its namespace's dispatch rate)."""
         config, cluster = self.topic.config, self.topic.config.cluster_name
-        docs = (getattr(policies, name, None) or {} for name in
-                ("publish_max_message_rate", "topic_dispatch_rate", "subscription_dispatch_rate"))
-        publish_doc, dispatch_doc, subscription_doc = (d.get(cluster) for d in docs)
+        publish_doc, dispatch_doc, subscription_doc = (
+            rate_for(cluster, name, policies, topic_policies)
+            for name in ("publish_max_message_rate", "topic_dispatch_rate", "subscription_dispatch_rate"))
         self.publish.update(publish_rate(publish_doc, config.max_publish_rate_per_topic_in_messages,
                                          config.max_publish_rate_per_topic_in_bytes))
         relative = config.dispatch_throttling_rate_relative_to_publish_rate

@@ -52,6 +52,9 @@ class ManagedLedgerConfig:
     # max_pending_adds_per_ledger / max_pending_add_bytes_per_ledger, so a handle never refuses the pipeline.
     max_pending_add_entries: int = 5_000
     max_pending_add_bytes: int = 128 * 1024 * 1024
+    # Writes of a cursor's acknowledgements per second (mark_delete_rate.py); 0 = every ack is written at once.
+    # Pulsar's ManagedLedgerConfig.throttleMarkDelete: 0 here, the broker sets its own default (1.0).
+    mark_delete_rate_per_s: float = 0.0
 
     def validate(self) -> "ManagedLedgerConfig":
         """Returns self; raises ManagedLedgerConfigError naming the field."""
@@ -81,6 +84,8 @@ class ManagedLedgerConfig:
                 raise ManagedLedgerConfigError(f"{name} must be >= 0, or -1 for unlimited")
         if self.cache_size_mb < 0:
             raise ManagedLedgerConfigError("cache_size_mb must be >= 0")
+        if not 0 <= self.mark_delete_rate_per_s <= 1e9:  # also refuses NaN
+            raise ManagedLedgerConfigError(f"mark_delete_rate_per_s must be in 0..1e9, got {self.mark_delete_rate_per_s}")
         if self.max_pending_add_entries < 1 or self.max_pending_add_bytes < 1:
             raise ManagedLedgerConfigError("max_pending_add_entries and max_pending_add_bytes must be >= 1")
         return self

@@ -14,7 +14,12 @@ Durability is cursor_ledger.py's: every change appends the whole state to
 the cursor's own ledger, the metadata store holds a snapshot naming that
 ledger, and changes made while a write is in flight are coalesced into the
 next write; each caller's await returns once a write containing its change
-is durable. Restoring opens the cursor ledger with recovery (fencing any old
+is durable. Consumers' acks (``throttle=True``) are written no more often
+than the mark-delete rate allows (mark_delete_rate.py): one that may not be
+written now is answered at once and a timer writes the latest state when the
+rate allows, or ``close`` does. ``persisted_mark_delete_position`` is what a
+restart would come back to; trimming goes by it, never by an unwritten ack.
+Restoring opens the cursor ledger with recovery (fencing any old
 writer) and reads the last *complete* state from its tail, so the state
 comes back exactly, however many holes it has.
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from storage.errors import (
     BadVersionError, CursorNotFoundError, ManagedLedgerClosedError, ManagedLedgerFencedError,
@@ -40,6 +46,7 @@ from storage.managed_ledger.ack_ranges import AckRanges
 from storage.managed_ledger.cursor_ledger import CursorLedger, read_latest_state
 from storage.managed_ledger.cursor_state import CursorState, mask_indexes, snapshot_is_complete, state_from_doc
 from storage.managed_ledger.lifecycle import ManagedCursorState, cursor_lifecycle
+from storage.managed_ledger.mark_delete_rate import Bucket, admit
 from storage.managed_ledger.metadata import ManagedLedgerInfo
 from storage.managed_ledger.position import Entry, InitialPosition, Position
 
@@ -77,12 +84,24 @@ def unconsumed_positions(info: ManagedLedgerInfo, deleted: AckRanges, start: Pos
     return wanted
 
 
+def _done() -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
+
+
 class ManagedCursor:
+    clock = staticmethod(time.monotonic)  # the mark-delete rate's clock
+
     def __init__(self, ml, name: str | None, mark_delete: Position, *, durable: bool = True):
         self.ml = ml
         self.name = name
         self.durable = durable
         self.mark_delete_position = Position(*mark_delete)
+        self.persisted_mark_delete_position = self.mark_delete_position  # as of the last durable write
+        self._rate_bucket: Bucket | None = None
+        self._deferred: asyncio.TimerHandle | None = None  # the write the mark-delete rate put off
+        self.deferred_acks = 0  # acks answered before their state was written (stats, tests)
         self.read_position = ml.position_after(self.mark_delete_position)
         self.deleted = AckRanges()
         self.batch_deleted: dict[Position, int] = {}  # bitmask of acked batch indexes, for partly acked entries
@@ -159,10 +178,48 @@ class ManagedCursor:
     def _persist(self) -> asyncio.Future:
         """Schedule a durable write of the current state; the future resolves once it (or a later one) is stored."""
         if not self.durable:
-            fut = asyncio.get_running_loop().create_future()
-            fut.set_result(None)
-            return fut
+            return _done()
+        if self._deferred is not None:  # this write carries the put-off state too
+            self._deferred.cancel()
+            self._deferred = None
         return self._persistence.persist()
+
+    def _admitted(self) -> bool:
+        """Whether the mark-delete rate lets a write start now; if not, a write is put off until it does."""
+        self._rate_bucket, wait = admit(self._rate_bucket, self.clock(), self.ml.config.mark_delete_rate_per_s)
+        if wait <= 0:
+            return True
+        if self._deferred is None:
+            self._deferred = asyncio.get_running_loop().call_later(wait, self._write_deferred)
+        return False
+
+    def _write_deferred(self) -> None:
+        self._deferred = None
+        if self.state is not ManagedCursorState.OPEN or not self._admitted():
+            return
+        self._persist().add_done_callback(self._deferred_written)
+
+    def _deferred_written(self, fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            self._after_ack()
+            return
+        log.warning("cursor %s of %s: writing acknowledgements failed: %s", self.name, self.ml.name, exc)
+        try:
+            self._check()
+        except StorageError:
+            return  # closed or fenced: close() wrote what it could, or the new owner restores the last state
+        if self._deferred is None:  # try again when the rate next allows
+            rate = self.ml.config.mark_delete_rate_per_s
+            self._deferred = asyncio.get_running_loop().call_later(1.0 / rate if rate > 0 else 1.0,
+                                                                   self._write_deferred)
+
+    @property
+    def mark_delete_writes(self) -> int:
+        """States written since this cursor was loaded."""
+        return self._persistence.writes
 
     @property
     def _ledger(self) -> api.WriteHandle | None:
@@ -181,22 +238,25 @@ class ManagedCursor:
         self.ml.check_open()
 
     # The acknowledgement methods change the in-memory state *when called* and return an awaitable that
-    # resolves once that state is durable: a redelivery decided right after an ack already sees it.
+    # resolves once that state is durable (or at once, for a throttled ack the rate put off): a redelivery
+    # decided right after an ack already sees it.
 
-    def mark_delete(self, position, properties: dict[str, int] | None = None) -> asyncio.Future:
-        """Everything up to ``position`` is consumed (cumulative ack); ``properties`` are stored with it."""
+    def mark_delete(self, position, properties: dict[str, int] | None = None, *, throttle: bool = False) -> asyncio.Future:
+        """Everything up to ``position`` is consumed (cumulative ack); ``properties`` are stored with it.
+        ``throttle``: a consumer's ack, written under the mark-delete rate (see the module's docstring)."""
         self._check()
         position = min(Position(*position), self.ml.last_confirmed_entry)
         if properties is not None:
             self.properties = {k: int(v) for k, v in properties.items()}
         if position > self.mark_delete_position:
             self._set_mark_delete(position)
-        return self._persisted()
+        return self._persisted(throttle)
 
-    def delete(self, positions) -> asyncio.Future:
+    def delete(self, positions, *, throttle: bool = False) -> asyncio.Future:
         """Individual acks: each position is consumed; runs next to the mark-delete position collapse into it.
 
         Positions come from clients: one that does not exist is ignored (it would count as acked forever).
+        ``throttle`` as for ``mark_delete``.
         """
         self._check()
         last = self.ml.last_confirmed_entry
@@ -210,7 +270,7 @@ class ManagedCursor:
                 if self.batch_deleted:
                     self.batch_deleted.pop(p, None)
         self._collapse()
-        return self._persisted()
+        return self._persisted(throttle)
 
     def _exists(self, position: Position) -> bool:
         return 0 <= position.entry_id < self.ml.ledger_entries(position.ledger_id)
@@ -220,32 +280,35 @@ class ManagedCursor:
         position = Position(*position)
         return position <= self.ml.last_confirmed_entry and self._exists(position)
 
-    def delete_batch_indexes(self, position, acked_indexes, batch_size: int) -> asyncio.Future:
+    def delete_batch_indexes(self, position, acked_indexes, batch_size: int, *, throttle: bool = False) -> asyncio.Future:
         """Ack single messages of a batch entry; the entry is consumed once all ``batch_size`` are."""
         limit = min(batch_size, MAX_BATCH_INDEXES)
         bits = bytearray((max(limit, 0) + 7) // 8)  # one bitmap built in place: setting bits on an int copies it
         for i in acked_indexes:
             if 0 <= i < limit:
                 bits[i >> 3] |= 1 << (i & 7)
-        return self.delete_batch_mask(position, int.from_bytes(bits, "little"), batch_size)
+        return self.delete_batch_mask(position, int.from_bytes(bits, "little"), batch_size, throttle=throttle)
 
-    def delete_batch_mask(self, position, acked_mask: int, batch_size: int) -> asyncio.Future:
+    def delete_batch_mask(self, position, acked_mask: int, batch_size: int, *, throttle: bool = False) -> asyncio.Future:
         """The same with the acked indexes as the bits of one int (bit i = batch index i)."""
         self._check()
         position = Position(*position)
         if self.is_deleted(position) or not position <= self.ml.last_confirmed_entry or not self._exists(position):
-            return self._persisted()
+            return self._persisted(throttle)
         limit = min(batch_size, MAX_BATCH_INDEXES)
         if acked_mask.bit_length() > limit:
             acked_mask &= (1 << limit) - 1
         acked = self.batch_deleted.get(position, 0) | acked_mask
         if acked.bit_count() >= batch_size:
-            return self.delete([position])
+            return self.delete([position], throttle=throttle)
         if acked:
             self.batch_deleted[position] = acked
-        return self._persisted()
+        return self._persisted(throttle)
 
-    def _persisted(self) -> asyncio.Future:
+    def _persisted(self, throttle: bool = False) -> asyncio.Future:
+        if throttle and self.durable and not self._admitted():
+            self.deferred_acks += 1
+            return _done()
         fut = self._persist()
         fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self._after_ack())
         return fut
@@ -272,7 +335,7 @@ class ManagedCursor:
     def _after_ack(self) -> None:
         # A ledger becomes trimmable when this cursor has consumed all of it, i.e. when its first unconsumed
         # entry moves to a later ledger (the mark-delete itself stays on a finished ledger's last entry).
-        first_unconsumed = self.ml.position_after(self.mark_delete_position).ledger_id
+        first_unconsumed = self.ml.position_after(self.persisted_mark_delete_position).ledger_id
         if self.durable and first_unconsumed != self._trimmed_at:
             self._trimmed_at = first_unconsumed
             self.ml.factory.spawn(self.ml.trim())
@@ -374,6 +437,11 @@ class ManagedCursor:
     async def close(self) -> None:
         if self.state is not ManagedCursorState.OPEN:
             return
+        if self._deferred is not None:  # acks the rate put off are written before the cursor closes
+            try:
+                await self._persist()
+            except StorageError as exc:
+                log.warning("cursor %s of %s: acknowledgements not written on close: %s", self.name, self.ml.name, exc)
         await self._persistence.wait_flushed()
         if self.state is ManagedCursorState.OPEN:  # a concurrent close may have got here first
             self._lifecycle.to(ManagedCursorState.CLOSED)

@@ -52,6 +52,7 @@ class CursorLedger:
         self.node_bytes: bytes | None = None  # what the node held at node_version, when known
         self._pending_flush: asyncio.Future | None = None
         self._flusher: asyncio.Task | None = None
+        self.writes = 0  # states written (stats, tests)
 
     def snapshot(self, ledger_id: int, state: dict | None = None) -> bytes:
         """The metadata node's document: the cursor ledger's id and a snapshot of the state."""
@@ -98,10 +99,12 @@ class CursorLedger:
                 or self._bytes + size > c.cursor_max_size_per_ledger_mb * 1024 * 1024):
             snapshot = self._snapshot_doc_of(state)
             await self._switch_ledger(chunks, size, snapshot)
-            return
-        await self._add_chunks(self.ledger, chunks)
-        self._entries += len(chunks)
-        self._bytes += size
+        else:
+            await self._add_chunks(self.ledger, chunks)
+            self._entries += len(chunks)
+            self._bytes += size
+        self.writes += 1
+        self.cursor.persisted_mark_delete_position = state.mark_delete  # writes are one at a time, in order
 
     async def _add_chunks(self, ledger: api.WriteHandle, chunks: list[bytes]) -> None:
         hooks = self.cursor.ml.factory.hooks

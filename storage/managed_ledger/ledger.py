@@ -379,7 +379,9 @@ class ManagedLedger:
     # ---- retention ---------------------------------------------------------------
 
     def slowest_mark_delete(self) -> Position | None:
-        positions = [c.mark_delete_position for c in self.cursors.values()]
+        """The lowest mark-delete position, written or in memory: an ack a restart would forget holds its ledger
+        back, and so does a reset to before the written position that is not written yet."""
+        positions = [min(c.persisted_mark_delete_position, c.mark_delete_position) for c in self.cursors.values()]
         return min(positions) if positions else None
 
     async def trim(self) -> None:

@@ -4,11 +4,13 @@ lifecycle policies set, read back and removed at namespace and topic level; brok
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pulsar
 import pytest
 
+from storage.testing.waiting import wait_until
 from tests.admin_cli.support import Admin
 
 
@@ -78,6 +80,20 @@ def test_terminate(admin, loaded_topic):
     assert "terminatedPosition" in admin("topics", "info-internal", topic).json()
 
 
+def test_partitioned_terminate(admin, client):
+    topic = f"persistent://public/default/cli-pterm-{uuid.uuid4().hex[:8]}"
+    admin("topics", "create-partitioned-topic", topic, "-p", "2").ok()
+    last = client.create_producer(f"{topic}-partition-1", batching_enabled=False).send(b"m")
+    out = admin("topics", "partitioned-terminate", topic).lines()
+    assert out[1] == (f"Topic {topic}-partition-1 successfully terminated at "
+                      f"{last.ledger_id()}:{last.entry_id()}:1")
+    assert out[0].startswith(f"Topic {topic}-partition-0 successfully terminated at ") and len(out) == 2
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(f"{topic}-partition-0")
+    refused = admin("topics", "partitioned-terminate", f"persistent://public/default/cli-pterm-none-{uuid.uuid4().hex[:8]}")
+    assert refused.returncode == 1 and "HTTP 404" in refused.stderr
+
+
 def test_namespace_policies_set_get_remove(admin):
     ns = f"public/cli-pol-{uuid.uuid4().hex[:8]}"
     admin("namespaces", "create", ns).ok()
@@ -127,6 +143,34 @@ def test_topic_policies_override_and_applied(admin, client):
     for policy in ("message-ttl", "max-producers", "retention", "backlog-quota"):
         admin("topics", f"remove-{policy}", topic).ok()
     assert admin("topics", "get-max-producers", topic).lines() == ["null"]
+
+
+def test_topic_rates_set_get_applied_and_remove(admin, client):
+    """The three topic-level rates, and a producer on the loaded topic held to the publish rate set by the CLI."""
+    topic = f"persistent://public/default/cli-trate-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    assert admin("topics", "get-publish-rate", topic).lines() == ["null"]
+    admin("topics", "set-publish-rate", topic, "-m", "20").ok()
+    assert admin("topics", "get-publish-rate", topic).json() == {"publishThrottlingRateInMsg": 20,
+                                                                 "publishThrottlingRateInByte": -1}
+    done = []
+    started = time.monotonic()
+    for i in range(60):  # 3 s worth at 20/s: the first 20 at once, then 20 a second
+        producer.send_async(b"x", lambda result, _id: done.append(result))
+    wait_until(lambda: len(done) == 60, 20, lambda: f"receipts; have {len(done)}")
+    assert time.monotonic() - started >= 1.5
+    admin("topics", "set-dispatch-rate", topic, "-md", "50", "-dt", "2", "-rp").ok()
+    assert admin("topics", "get-dispatch-rate", topic).json() == {
+        "dispatchThrottlingRateInMsg": 50, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 2,
+        "relativeToPublishRate": True}
+    assert admin("topics", "get-subscription-dispatch-rate", topic).lines() == ["null"]
+    admin("topics", "set-subscription-dispatch-rate", topic, "--msg-dispatch-rate", "7").ok()
+    assert admin("topics", "get-subscription-dispatch-rate", topic).json()["dispatchThrottlingRateInMsg"] == 7
+    for policy in ("publish-rate", "dispatch-rate", "subscription-dispatch-rate"):
+        admin("topics", f"remove-{policy}", topic).ok()
+        assert admin("topics", f"get-{policy}", topic).lines() == ["null"]
+    bad = admin("topics", "set-dispatch-rate", topic, "-dt", "0")
+    assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "ratePeriodInSecond" in bad.stderr
 
 
 def test_brokers_and_bookies(admin, standalone):

@@ -27,6 +27,8 @@ class RecordingRest:
         self.sent.append((method, path, body, {k: v for k, v in (query or {}).items() if v is not None}))
         if path.endswith("/terminate"):
             return Response(200, {}, b'{"ledgerId": 3, "entryId": 9, "partitionIndex": -1}')
+        if path.endswith("/terminate/partitions"):
+            return Response(200, {}, b'{"0": {"ledgerId": 3, "entryId": 9, "partitionIndex": 0}}')
         if path.endswith("/compaction") and method == "GET":
             return Response(200, {}, b'{"status": "SUCCESS", "lastError": ""}')
         if "/position/" in path:
@@ -97,6 +99,20 @@ def invoke(*args):
     (("topics", "set-max-unacked-messages-per-consumer", "t", "-m", "100"),
      [("POST", f"{T}/maxUnackedMessagesOnConsumer", 100, {})]),
     (("topics", "remove-persistence", "t"), [("DELETE", f"{T}/persistence", None, {})]),
+    (("topics", "set-publish-rate", "t", "-m", "20"),
+     [("POST", f"{T}/publishRate", {"publishThrottlingRateInMsg": 20, "publishThrottlingRateInByte": -1}, {})]),
+    (("topics", "get-publish-rate", "t", "--applied"), [("GET", f"{T}/publishRate", None, {"applied": True})]),
+    (("topics", "remove-publish-rate", "t"), [("DELETE", f"{T}/publishRate", None, {})]),
+    (("topics", "set-dispatch-rate", "t", "-md", "50", "-bd", "4096", "-dt", "2", "-rp"),
+     [("POST", f"{T}/dispatchRate", {"dispatchThrottlingRateInMsg": 50, "dispatchThrottlingRateInByte": 4096,
+                                     "ratePeriodInSecond": 2, "relativeToPublishRate": True}, {})]),
+    (("topics", "set-subscription-dispatch-rate", "t", "-md", "7"),
+     [("POST", f"{T}/subscriptionDispatchRate", {"dispatchThrottlingRateInMsg": 7, "dispatchThrottlingRateInByte": -1,
+                                                 "ratePeriodInSecond": 1, "relativeToPublishRate": False}, {})]),
+    (("topics", "get-subscription-dispatch-rate", "t"), [("GET", f"{T}/subscriptionDispatchRate", None, {})]),
+    (("topics", "remove-dispatch-rate", "t"), [("DELETE", f"{T}/dispatchRate", None, {})]),
+    (("namespaces", "set-publish-rate", "public/orders", "-b", "1024"),
+     [("POST", f"{NS}/publishRate", {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 1024}, {})]),
     (("topics", "skip", "t", "-s", "billing", "-n", "5"), [("POST", f"{T}/subscription/billing/skip/5", None, {})]),
     (("topics", "skip-all", "t", "-s", "billing"), [("POST", f"{T}/subscription/billing/skip_all", None, {})]),
     (("topics", "clear-backlog", "t", "-s", "billing"), [("POST", f"{T}/subscription/billing/skip_all", None, {})]),
@@ -108,6 +124,7 @@ def invoke(*args):
     (("topics", "peek-messages", "t", "-s", "a b", "-n", "2"),
      [("GET", f"{T}/subscription/a%20b/position/1", None, {}), ("GET", f"{T}/subscription/a%20b/position/2", None, {})]),
     (("topics", "terminate", "t"), [("POST", f"{T}/terminate", None, {})]),
+    (("topics", "partitioned-terminate", "t"), [("POST", f"{T}/terminate/partitions", None, {})]),
     (("topics", "compact", "t"), [("PUT", f"{T}/compaction", None, {})]),
     (("topics", "compaction-status", "t"), [("GET", f"{T}/compaction", None, {})]),
     (("schemas", "get", "t"), [("GET", "/admin/v2/schemas/public/default/t/schema", None, {})]),

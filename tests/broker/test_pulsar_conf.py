@@ -79,6 +79,11 @@ def test_metadata_store_forms_refused(value, message):
     ({"zookeeperServers": "zk1:2181", "metadataStoreUrl": ""}, {"metadata_store_url": "zk://zk1:2181"}),
     ({"superUserRoles": "admin, ops,,"}, {"super_user_roles": ("admin", "ops")}),
     ({"brokerDeduplicationEnabled": "TRUE"}, {"deduplication_enabled": True}),
+    ({"managedLedgerDefaultMarkDeleteRateLimit": "0.5"}, {"managed_ledger_default_mark_delete_rate_limit": 0.5}),
+    ({"brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+      "brokerClientAuthenticationParameters": "token:abc"},
+     {"broker_client_authentication_plugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+      "broker_client_authentication_parameters": "token:abc"}),
     ({"tokenSecretKey": ""}, {}),  # empty = unset: the default applies
     ({"authenticationEnabled": "true", "authenticationProviders":
       "org.apache.pulsar.broker.authentication.AuthenticationProviderTls, "

@@ -329,3 +329,55 @@ def test_topic_rates_relative_to_publish_rate():
     rates.on_send(Conn(), 30, 3000)  # 30 messages published in this second
     clock.now += 1.0
     assert rates.dispatch_allowance("s") == (40, None)  # 10 above the publish rate of the last second
+
+
+@pytest.mark.parametrize("namespace_doc, topic_doc, expected", [
+    (None, None, None),
+    ({"standalone": {"a": 1}}, None, {"a": 1}),
+    (None, {"standalone": {"t": 2}}, {"t": 2}),
+    ({"standalone": {"a": 1}}, {"standalone": {"t": 2}}, {"t": 2}),  # the topic's wins
+    ({"standalone": {"a": 1}}, {"elsewhere": {"t": 2}}, {"a": 1}),  # another cluster's topic rate does not apply
+])
+def test_rate_for_prefers_the_topics_own_rate_of_this_cluster(namespace_doc, topic_doc, expected):
+    from types import SimpleNamespace
+
+    from broker.topics.throttling import rate_for
+
+    ns = SimpleNamespace(publish_max_message_rate=namespace_doc)
+    topic = SimpleNamespace(publish_max_message_rate=topic_doc)
+    assert rate_for("standalone", "publish_max_message_rate", ns, topic) == expected
+
+
+def test_topic_rates_follow_the_topics_own_policies_over_the_namespaces():
+    from broker.topics.throttling import TopicRates
+
+    clock = Clock()
+    namespace = _policies(publishMaxMessageRate={"standalone": {"publishThrottlingRateInMsg": 10}},
+                          subscriptionDispatchRate={"standalone": {"dispatchThrottlingRateInMsg": 5}})
+    rates = TopicRates(_topic(namespace), clock)
+    assert rates.publish.limiter.rate == Rate(10, -1) and rates.dispatch_allowance("s") == (5, None)
+    # The topic sets its own publish rate (-1: no limit) and keeps the namespace's subscription dispatch rate.
+    rates.apply(namespace, _policies(publishMaxMessageRate={"standalone": {"publishThrottlingRateInMsg": -1}}))
+    assert not rates.publish.limiter.rate.limited and rates.dispatch_allowance("s") == (5, None)
+    rates.apply(namespace, _policies(subscriptionDispatchRate={"standalone": {"dispatchThrottlingRateInMsg": 2}}))
+    assert rates.publish.limiter.rate == Rate(10, -1) and rates.dispatch_allowance("s") == (2, None)
+    rates.apply(namespace, None)  # the topic's removed: the namespace's again
+    assert rates.dispatch_allowance("s") == (5, None)
+
+
+@pytest.mark.parametrize("config, attr, expected", [
+    ({}, "publish_max_message_rate", None),
+    ({"max_publish_rate_per_topic_in_messages": 10}, "publish_max_message_rate",
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 0}),
+    ({"dispatch_throttling_rate_per_topic_in_byte": 512}, "topic_dispatch_rate",
+     {"dispatchThrottlingRateInMsg": 0, "dispatchThrottlingRateInByte": 512, "ratePeriodInSecond": 1,
+      "relativeToPublishRate": False}),
+    ({"dispatch_throttling_rate_per_topic_in_byte": 512}, "subscription_dispatch_rate", None),
+    ({"dispatch_throttling_rate_per_subscription_in_msg": 7, "dispatch_throttling_rate_relative_to_publish_rate": True},
+     "subscription_dispatch_rate", {"dispatchThrottlingRateInMsg": 7, "dispatchThrottlingRateInByte": 0,
+                                    "ratePeriodInSecond": 1, "relativeToPublishRate": True}),
+])
+def test_the_broker_default_a_topics_applied_rate_falls_back_to(config, attr, expected):
+    from broker.http.rate_policies import _broker_default
+
+    assert _broker_default(BrokerConfig("memory://unused", **config), attr) == expected

@@ -34,3 +34,24 @@ def test_a_publish_rate_set_through_another_broker_applies_to_the_loaded_topic(t
         wait_until(lambda: publish_all(producer, 2 * RATE) < 0.5, 5 + 3, "the removal to reach the owner")
     finally:
         client.close()
+
+
+def test_a_topic_publish_rate_set_through_another_broker_applies_to_the_loaded_topic(two_brokers):
+    """The topic's own policies node is watched too: its rate overrides the namespace's no-limit on the owner."""
+    ns, topic = "public/topic-rated", "persistent://public/topic-rated/t"
+    assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+    owner = owner_of(two_brokers, topic)
+    other = next(b for b in two_brokers if b is not owner)
+    client = _client(owner.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=1000)
+        assert publish_all(producer, 2 * RATE) < 0.5  # the reference: no limit yet
+
+        assert call(other, "POST", f"/admin/v2/persistent/{ns}/t/publishRate",
+                    {"publishThrottlingRateInMsg": RATE})[0] == 204
+        wait_until(lambda: publish_all(producer, 2 * RATE) >= 0.7, 5 + 3, "the topic's rate to reach the owner")
+
+        assert call(other, "DELETE", f"/admin/v2/persistent/{ns}/t/publishRate")[0] == 204
+        wait_until(lambda: publish_all(producer, 2 * RATE) < 0.5, 5 + 3, "the removal to reach the owner")
+    finally:
+        client.close()

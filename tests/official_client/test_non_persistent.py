@@ -202,3 +202,44 @@ def test_an_idle_topic_is_forgotten_and_comes_back(start_standalone):
 def test_stats_of_a_topic_nobody_uses_is_404(standalone):
     status, body = admin_call(standalone, "GET", _stats_path(f"non-persistent://public/default/none-{uuid.uuid4().hex}"))
     assert status == 404 and "not served" in body["reason"]
+
+
+# ---- partitioned non-persistent topics --------------------------------------------------------------------------
+
+
+def _partitions_path(topic: str) -> str:
+    return "/admin/v2/non-persistent/" + topic.split("://", 1)[1] + "/partitions"
+
+
+def test_a_partitioned_non_persistent_topic_produces_and_consumes_across_its_partitions(standalone, client, np_topic):
+    assert admin_call(standalone, "PUT", _partitions_path(np_topic), 3)[0] == 204
+    assert admin_call(standalone, "GET", _partitions_path(np_topic)) == (200, {"partitions": 3})
+    ns = "/admin/v2/non-persistent/public/default"
+    assert np_topic in admin_call(standalone, "GET", ns + "/partitioned")[1]
+    consumer = client.subscribe(np_topic, "s")  # the client subscribes to each partition
+    producer = client.create_producer(np_topic, batching_enabled=False,
+                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(30):
+        producer.send(f"m{i}".encode())
+    got = receive_n(consumer, 30)
+    assert sorted(m.data() for m in got) == sorted(f"m{i}".encode() for i in range(30))
+    assert {m.topic_name() for m in got} == {f"{np_topic}-partition-{i}" for i in range(3)}
+    for i in range(3):  # each partition a non-persistent topic of its own, with its own stats
+        assert _stats(standalone, f"{np_topic}-partition-{i}")["msgInCounter"] == 10
+    # Discovery lists the partitions (a regex consumer subscribes to them).
+    listed = admin_call(standalone, "GET", ns)[1]
+    assert {f"{np_topic}-partition-{i}" for i in range(3)} <= set(listed)
+    # The partitioned topic as a whole takes no producer of its own on the wire.
+    status, answer = admin_call(standalone, "PUT", _partitions_path(np_topic), 2)
+    assert status == 409
+    producer.close()
+    consumer.close()
+    assert admin_call(standalone, "DELETE", _partitions_path(np_topic))[0] == 204
+    assert admin_call(standalone, "GET", _partitions_path(np_topic)) == (200, {"partitions": 0})
+
+
+def test_partitioned_non_persistent_bad_input(standalone, np_topic):
+    assert admin_call(standalone, "PUT", _partitions_path(np_topic), "three")[0] == 400
+    assert admin_call(standalone, "PUT", _partitions_path(np_topic), 0)[0] == 405
+    assert admin_call(standalone, "DELETE", _partitions_path(np_topic))[0] == 404
+    assert admin_call(standalone, "GET", "/admin/v2/non-persistent/public/default/0x0_0xzz")[0] == 412

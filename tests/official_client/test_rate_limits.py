@@ -204,6 +204,98 @@ def test_a_dispatch_rate_with_a_longer_period(standalone, client):
     assert expected * 0.75 <= elapsed <= expected * 1.6 + 1, (elapsed, expected)
 
 
+# ---- topic-level rates: override the namespace's ------------------------------------------------------------------
+
+_UNLIMITED_PUBLISH = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": -1}
+
+
+def test_topic_rate_rest_shapes_applied_value_and_bad_input(standalone, client):
+    ns = _namespace(standalone, "topicrest")
+    topic = f"persistent://{ns}/t"
+    base = f"/admin/v2/persistent/{ns}/t"
+    assert call(standalone, "GET", f"{base}/publishRate")[0] == 404  # no such topic yet
+    client.create_producer(topic).close()
+    for policy in ("publishRate", "dispatchRate", "subscriptionDispatchRate"):
+        assert call(standalone, "GET", f"{base}/{policy}")[0] == 204
+    assert call(standalone, "POST", f"{base}/dispatchRate", {"dispatchThrottlingRateInMsg": 30})[0] == 204
+    assert call(standalone, "GET", f"{base}/dispatchRate") == (200, {
+        "dispatchThrottlingRateInMsg": 30, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False})
+    assert call(standalone, "GET", f"/admin/v2/namespaces/{ns}/dispatchRate")[0] == 204  # the topic's own only
+    status, answer = call(standalone, "POST", f"{base}/subscriptionDispatchRate", {"ratePeriodInSecond": 0})
+    assert status == 400 and "ratePeriodInSecond" in answer["reason"]
+    assert call(standalone, "GET", f"{base}/subscriptionDispatchRate")[0] == 204  # nothing stored
+    # applied: the topic's, else the namespace's.
+    assert call(standalone, "POST", f"/admin/v2/namespaces/{ns}/publishRate", {"publishThrottlingRateInMsg": 9})[0] == 204
+    assert call(standalone, "GET", f"{base}/publishRate")[0] == 204
+    assert call(standalone, "GET", f"{base}/publishRate?applied=true") == (200, {
+        "publishThrottlingRateInMsg": 9, "publishThrottlingRateInByte": -1})
+    assert call(standalone, "DELETE", f"{base}/dispatchRate")[0] == 204
+    assert call(standalone, "GET", f"{base}/dispatchRate")[0] == 204
+
+
+def test_topic_publish_rate_overrides_the_namespace_and_delete_brings_it_back(standalone, client):
+    ns = _namespace(standalone, "topicpub")
+    topic = f"persistent://{ns}/t"
+    base = f"/admin/v2/persistent/{ns}/t"
+    producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=2 * MESSAGES)
+    unlimited_s = publish_all(producer, MESSAGES)  # the reference, in the same run
+
+    # Set on the loaded topic (no unload), with no namespace rate: the producer is held to it.
+    assert call(standalone, "POST", f"{base}/publishRate", {"publishThrottlingRateInMsg": RATE})[0] == 204
+    limited_s = publish_all(producer, MESSAGES)
+    expected = _expected_s(MESSAGES, RATE)
+    print(f"topic publishRate: {MESSAGES} at {RATE}/s in {limited_s:.2f} s (expected {expected:.1f}); "
+          f"unlimited {unlimited_s:.2f} s")
+    assert expected * 0.75 <= limited_s <= expected * 1.6 + 1, (limited_s, expected, unlimited_s)
+
+    # The namespace limits its topics, but this topic's own -1 (no limit) wins.
+    assert call(standalone, "POST", f"/admin/v2/namespaces/{ns}/publishRate", {"publishThrottlingRateInMsg": RATE})[0] == 204
+    assert call(standalone, "POST", f"{base}/publishRate", _UNLIMITED_PUBLISH)[0] == 204
+    assert publish_all(producer, MESSAGES) < expected * 0.5
+
+    # Without the topic's rate the namespace's applies again: 2 s worth takes about a second.
+    assert call(standalone, "DELETE", f"{base}/publishRate")[0] == 204
+    assert call(standalone, "GET", f"{base}/publishRate")[0] == 204
+    again_s = publish_all(producer, 2 * RATE)
+    assert again_s >= 0.7, again_s
+
+
+@pytest.mark.parametrize("policy", ["dispatchRate", "subscriptionDispatchRate"])
+def test_topic_dispatch_rate_holds_a_consumer_to_the_rate(standalone, client, policy):
+    ns = _namespace(standalone, "topicdisp")
+    topic = f"persistent://{ns}/t"
+    for sub in ("reference", "limited"):
+        client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+    producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=2 * MESSAGES)
+    publish_all(producer, MESSAGES)
+    unlimited_s = _receive_all(client.subscribe(topic, "reference"), MESSAGES)  # the reference, same run
+
+    assert call(standalone, "POST", f"/admin/v2/persistent/{ns}/t/{policy}",
+                {"dispatchThrottlingRateInMsg": RATE})[0] == 204
+    consumer = client.subscribe(topic, "limited")
+    limited_s = _receive_all(consumer, MESSAGES)
+    expected = _expected_s(MESSAGES, RATE)
+    print(f"topic {policy}: {MESSAGES} at {RATE}/s in {limited_s:.2f} s (expected {expected:.1f}); "
+          f"unlimited {unlimited_s:.2f} s")
+    assert expected * 0.75 <= limited_s <= expected * 1.6 + 1, (limited_s, expected, unlimited_s)
+
+    assert call(standalone, "DELETE", f"/admin/v2/persistent/{ns}/t/{policy}")[0] == 204
+    publish_all(producer, MESSAGES)
+    assert _receive_all(consumer, MESSAGES) < expected * 0.5
+
+
+def test_a_partitioned_topics_rate_applies_to_each_partition(standalone, client):
+    ns = _namespace(standalone, "topicparts")
+    assert call(standalone, "PUT", f"/admin/v2/persistent/{ns}/p/partitions", 2)[0] == 204
+    assert call(standalone, "POST", f"/admin/v2/persistent/{ns}/p/publishRate", {"publishThrottlingRateInMsg": RATE})[0] == 204
+    producer = client.create_producer(f"persistent://{ns}/p-partition-1", batching_enabled=False,
+                                      max_pending_messages=2 * MESSAGES)
+    elapsed = publish_all(producer, 3 * RATE)
+    expected = _expected_s(3 * RATE, RATE)
+    assert expected * 0.75 <= elapsed <= expected * 1.6 + 1, (elapsed, expected)
+
+
 # ---- the broker's defaults, by Pulsar's keys in a properties file ------------------------------------------------
 
 

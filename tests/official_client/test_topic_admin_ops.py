@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+import uuid
 
 import pulsar
 import pytest
@@ -150,6 +151,37 @@ def test_a_terminated_topic_tells_its_consumers_when_they_reach_the_end(standalo
             assert kinds == [T.MESSAGE, T.MESSAGE, T.REACHED_END_OF_TOPIC], kinds
         finally:
             raw.close()
+
+
+def test_terminate_partitions_terminates_every_partition(standalone, client):
+    base = f"persistent://public/default/terminate-parts-{uuid.uuid4().hex[:6]}"
+    assert call(standalone, "PUT", _path(base) + "/partitions", 3)[0] == 204
+    last = {}
+    for i in (0, 2):  # partition 1 gets nothing: an empty partition is terminated too
+        producer = client.create_producer(f"{base}-partition-{i}", batching_enabled=False)
+        last[i] = [producer.send(f"m{n}".encode()) for n in range(2)][-1]
+    status, answer = call(standalone, "POST", _path(base) + "/terminate/partitions")
+    assert status == 200 and sorted(answer) == ["0", "1", "2"], answer
+    for i in (0, 2):
+        assert answer[str(i)] == {"ledgerId": last[i].ledger_id(), "entryId": last[i].entry_id(), "partitionIndex": i}
+    assert answer["1"]["partitionIndex"] == 1 and answer["1"]["entryId"] == -1
+    for i in range(3):
+        with pytest.raises(pulsar.TopicTerminated):
+            client.create_producer(f"{base}-partition-{i}")
+        assert call(standalone, "GET", _path(f"{base}-partition-{i}") + "/internalStats")[1]["state"] == "Terminated"
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(base)  # the partitioned topic as a whole
+    # Again: the same positions (termination is idempotent).
+    assert call(standalone, "POST", _path(base) + "/terminate/partitions") == (200, answer)
+
+
+def test_terminate_partitions_of_a_topic_that_is_not_partitioned(standalone, client, topic):
+    client.create_producer(topic).close()
+    status, answer = call(standalone, "POST", _path(topic) + "/terminate/partitions")
+    assert status == 405 and "not a partitioned topic" in answer["reason"]
+    assert call(standalone, "GET", _path(topic) + "/internalStats")[1]["state"] != "Terminated"
+    status, answer = call(standalone, "POST", _path(topic + "-missing") + "/terminate/partitions")
+    assert status == 404
 
 
 def test_delete_needs_force_while_clients_are_connected(standalone, client, topic):

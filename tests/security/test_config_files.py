@@ -37,7 +37,6 @@ clientLibraryVersionCheckEnabled=false
 statusFilePath=/usr/local/apache/htdocs
 subscriptionRedeliveryTrackerEnabled=true
 tlsEnabled=true
-brokerClientAuthenticationPlugin=
 acknowledgmentAtBatchIndexLevelEnabled=true
 bookkeeperClientTimeoutInSeconds=30
 bookkeeperClientHealthCheckEnabled=true
@@ -66,6 +65,7 @@ webServicePortTls={https}
 bindAddress=127.0.0.1
 advertisedAddress=localhost
 clusterName=standalone
+brokerClientAuthenticationPlugin=
 zooKeeperSessionTimeoutMillis=30000
 maxUnackedMessagesPerConsumer=50000
 

@@ -138,7 +138,7 @@ def test_the_broker_runs_from_a_pulsar_standalone_ssl_file(secured):
     """Must show 1: every listener of the file is up, the unsupported keys only warn, the setup took."""
     log = secured.log()
     assert f"pulsar+ssl://127.0.0.1:{secured.tls_port}" in log and secured.https in log
-    assert "tlsEnabled" in log and "brokerClientAuthenticationPlugin" in log  # listed in the one warning
+    assert "tlsEnabled" in log and "configurationStoreServers" in log  # listed in the one warning
     status, grants = secured.rest("GET", "/admin/v2/namespaces/private/auth/permissions",
                                   "Bearer " + secured.token("superUser"))
     both = ["consume", "produce"]

@@ -1,0 +1,94 @@
+"""Admin operations and discovery across brokers: a partitioned topic whose partitions live on different brokers
+(the broker asked does its own partitions and asks the owners of the others), and the non-persistent topics each
+broker serves (listed by every broker, found by a regex consumer connected to another)."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pulsar
+import pytest
+
+from broker.ownership.bundles import NamespaceBundles
+from broker.topics.names import parse_topic
+from storage.testing.waiting import wait_until
+from tests.cluster.support import client as _client, owner_of
+from tests.official_client.support import admin_call as call
+
+PARTITIONS = 6
+
+
+def test_terminate_partitions_reaches_partitions_other_brokers_own(two_brokers):
+    base = "persistent://public/default/spread"
+    assert call(two_brokers[0], "PUT", "/admin/v2/persistent/public/default/spread/partitions", PARTITIONS)[0] == 204
+    owners = {i: owner_of(two_brokers, f"{base}-partition-{i}") for i in range(PARTITIONS)}
+    asked = two_brokers[0] if any(o is not two_brokers[0] for o in owners.values()) else two_brokers[1]
+    remote = [i for i, o in owners.items() if o is not asked]
+    assert remote, "at least one partition is another broker's"
+    clients = {id(b): _client(b.service_url) for b in two_brokers}
+    try:
+        for i, owner in owners.items():  # one message on each partition, through its owner
+            clients[id(owner)].create_producer(f"{base}-partition-{i}").send(b"m")
+        status, answer = call(asked, "POST", "/admin/v2/persistent/public/default/spread/terminate/partitions")
+        assert status == 200 and sorted(map(int, answer)) == list(range(PARTITIONS)), answer
+        assert all(answer[str(i)]["entryId"] == 0 and answer[str(i)]["partitionIndex"] == i for i in range(PARTITIONS))
+        for i, owner in owners.items():
+            with pytest.raises(pulsar.TopicTerminated):
+                clients[id(owner)].create_producer(f"{base}-partition-{i}")
+        print(f"{len(remote)} of {PARTITIONS} partitions terminated through their owner")
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+# ---- discovery of non-persistent topics other brokers serve ------------------------------------------------------
+
+
+def _np_owner(broker, topic: str, brokers) -> object:
+    """Look ``topic`` up on ``broker`` authoritatively, so that broker takes its unowned bundle."""
+    name = topic.split("://", 1)[1]
+    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/non-persistent/{name}?authoritative=true",
+                                timeout=30) as resp:
+        url = json.loads(resp.read())["brokerUrl"]
+    return next(b for b in brokers if b.service_url == url)
+
+
+def test_non_persistent_topics_of_every_broker_are_listed_and_found_by_a_regex_consumer(two_brokers):
+    ns = "public/np-discovery"
+    assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+    bundles = NamespaceBundles.equal(4)  # the default
+    topics = []
+    for wanted in bundles.ranges()[:2]:  # one topic in each of two bundles; one bundle for each broker
+        topics.append(next(f"non-persistent://{ns}/np-{i}" for i in range(10_000)
+                           if bundles.bundle_of(parse_topic(f"non-persistent://{ns}/np-{i}")) == wanted))
+    owners = [_np_owner(broker, topic, two_brokers) for broker, topic in zip(two_brokers, topics)]
+    assert owners == list(two_brokers), "each broker serves one of the two topics"
+    clients = [_client(b.service_url) for b in two_brokers]
+    try:
+        holders = [c.subscribe(t, "hold") for c, t in zip(clients, topics)]  # a topic exists while it is used
+        for broker in two_brokers:  # the admin list on either broker names both
+            status, listed = call(broker, "GET", f"/admin/v2/non-persistent/{ns}")
+            assert status == 200 and set(listed) == set(topics), listed
+        # GET_TOPICS_OF_NAMESPACE through broker 0 finds the topic broker 1 serves: the regex consumer gets both.
+        rx = clients[0].subscribe(re.compile(f"{ns}/np-.*"), "rx", consumer_type=pulsar.ConsumerType.Shared,
+                                  regex_subscription_mode=pulsar.RegexSubscriptionMode.NonPersistentOnly)
+        producers = [c.create_producer(t) for c, t in zip(clients, topics)]
+        got: set = set()
+
+        def both_arrive() -> bool:
+            for p in producers:  # non-persistent: what is sent before the regex consumer subscribed is gone
+                p.send(b"hello")
+            try:
+                while True:
+                    got.add(rx.receive(timeout_millis=200).topic_name())
+            except pulsar.Timeout:
+                return got == set(topics)
+
+        wait_until(both_arrive, 30, lambda: f"messages of both topics on the regex consumer; have {got}")
+        for h in holders:
+            h.close()
+    finally:
+        for c in clients:
+            c.close()
