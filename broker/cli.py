@@ -1,4 +1,8 @@
-"""Console script `broker`: `broker start` joins a cluster, `broker standalone` runs everything in one process.
+"""Console script `broker`: `broker start` joins a cluster, `broker standalone` runs a whole cluster on this machine.
+
+`broker standalone` runs a supervisor with bookie and broker-worker processes
+(broker/workers.py; ``--workers N``, default one per core);
+``--single-process`` runs everything in one process (broker/standalone.py).
 
 Both print one line containing `` ready (`` once they accept clients (scripts
 and tests wait for it) and stop cleanly on SIGINT/SIGTERM. A configuration or
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
+from broker.workers import default_workers, workers_for
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name", "stream_port")
@@ -29,15 +34,22 @@ def build_parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start", help="run a broker that joins a cluster through a zk:// metadata store")
     _common_flags(start)
     start.add_argument("--metadata-store", dest="metadata_store_url", help="zk://host:port[/chroot]")
+    start.add_argument("--workers", type=int, default=1, help="broker processes on this host, each a broker of the "
+                       "cluster; worker 0 on the given ports, the others on free ones (default 1: this process)")
 
     standalone = commands.add_parser(
-        "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker, persisted under --data-dir")
+        "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker workers, persisted under --data-dir")
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
     standalone.add_argument("--bookie-http-port", type=int, default=8000,
                             help="first bookie's HTTP port (health, Prometheus /metrics); the others follow "
                                  "(default 8000, BookKeeper's prometheusStatsHttpPort; 0: any free ports)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
+    mode = standalone.add_mutually_exclusive_group()
+    mode.add_argument("--workers", type=int, help="broker worker processes, each owning a share of the bundles "
+                      f"(default: one per core, here {default_workers()}); bookies run in their own processes")
+    mode.add_argument("--single-process", action="store_true",
+                      help="run the metadata store, the bookies and one broker in this one process")
     tokens_cli.add_parser(commands)
     return parser
 
@@ -77,7 +89,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     _use_uvloop()
-    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), getattr(args, "bookie_http_port", 0)))
+    bookie_http_port = getattr(args, "bookie_http_port", 0)
+    if data_dir is not None and not args.single_process:
+        workers = args.workers
+        if workers is None:
+            workers, why = workers_for(config, default_workers())
+            if why:
+                print(f"broker standalone: 1 broker worker ({why}); --workers N with other ports, or "
+                      "--single-process", flush=True)
+        return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level, bookie_http_port))
+    if data_dir is None and args.workers != 1:
+        return asyncio.run(_serve_workers(config, None, None, args.workers, args.log_level))
+    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), bookie_http_port))
 
 
 def _use_uvloop() -> None:
@@ -130,6 +153,47 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
         await standalone.stop()
     else:
         await broker.close()
+    return 0
+
+
+async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, workers: int,
+                         log_level: str, bookie_http_port: int = 0) -> int:
+    """The multi-process standalone (or, without a data directory, `broker start --workers N`): serve until
+    SIGINT/SIGTERM, then stop every child."""
+    from broker.errors import BrokerError
+    from broker.standalone import standalone_broker_config
+    from broker.workers import Supervisor
+    from storage.errors import StorageError
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if data_dir is not None:
+        data_dir = data_dir.resolve()
+        config = standalone_broker_config(config)
+    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level, bookie_http_port)
+    starting = asyncio.create_task(supervisor.start())
+    await asyncio.wait([starting, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # a signal during start-up: stop what has started
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return 0
+    try:
+        starting.result()
+    except (BrokerError, StorageError, OSError, ValueError) as exc:
+        print(f"broker: refusing to start: {exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    first = supervisor.brokers[0].ready_line.split(" ready (", 1)[1].split(";", 1)[0]
+    others = ", ".join(c.config.service_url or c.config.service_url_tls for c in supervisor.brokers[1:])
+    where = (f"3 bookie processes, data in {data_dir}" if data_dir is not None
+             else f"metadata {config.metadata_store_url}")
+    print(f"broker {'standalone' if data_dir is not None else 'workers'} ready ({first}; "
+          f"{workers} worker{'s' if workers > 1 else ''}{' (also ' + others + ')' if others else ''}, {where})",
+          flush=True)
+    await stop.wait()
+    print("broker: shutting down", flush=True)
+    await supervisor.stop()
     return 0
 
 

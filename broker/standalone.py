@@ -1,4 +1,6 @@
-"""`broker standalone`: the whole system in one process, persisted under one data directory.
+"""`broker standalone --single-process`: the whole system in one process, persisted under one data directory.
+
+(The default `broker standalone` runs the same parts as several processes: broker/workers.py.)
 
 It runs the embedded metadata store (``file://<data-dir>/metadata``), three
 bookies in zones a, b and c (``<data-dir>/bookie-<zone>``), the broker on
@@ -46,6 +48,16 @@ def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int
     ]
 
 
+def standalone_broker_config(config: BrokerConfig) -> BrokerConfig:
+    """The broker's config with what cannot apply to the standalone's own bookies removed."""
+    if config.bookkeeper_tls_trust_certs_file_path:
+        # The embedded bookies serve plain TCP on loopback; a Pulsar file's bookkeeperTLS* would make every add fail.
+        log.warning("standalone: ignoring bookkeeper_tls_* (bookkeeperTLS*): the embedded bookies are plain, on loopback")
+        config = dataclasses.replace(config, bookkeeper_tls_trust_certs_file_path=None,
+                                     bookkeeper_tls_client_authentication=False)
+    return config
+
+
 @dataclass
 class Standalone:
     broker: BrokerService
@@ -59,11 +71,7 @@ class Standalone:
         Prometheus scrape configs name it), StorageError or BrokerError when a part cannot start."""
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
-        if config.bookkeeper_tls_trust_certs_file_path:
-            # The embedded bookies serve plain TCP on loopback; a Pulsar file's bookkeeperTLS* would make every add fail.
-            log.warning("standalone: ignoring bookkeeper_tls_* (bookkeeperTLS*): the embedded bookies are plain, on loopback")
-            config = dataclasses.replace(config, bookkeeper_tls_trust_certs_file_path=None,
-                                         bookkeeper_tls_client_authentication=False)
+        config = standalone_broker_config(config)
         store = await open_store(config.metadata_store_url)
         bookies: list[BookieService] = []
         try:

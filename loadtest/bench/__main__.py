@@ -8,6 +8,7 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``compaction`` (compaction throughput and the compacted read rate beside the topic's catch-up read);
 ``hostile`` (a good client's publish p99 and the broker's RSS while hostile clients attack it);
 ``streams`` (the Stream API over gRPC beside the same work through the Pulsar protocol);
+``cores`` (the multi-process standalone: 1 broker worker beside one per core, produce and catch-up);
 ``all`` runs every suite, and ``all --report docs/`` writes
 docs/BENCHMARKS.md with its charts.
 """
@@ -35,6 +36,7 @@ SUITES["tls"] = ("loadtest.bench.tls", None)
 SUITES["hostile"] = ("loadtest.bench.hostile", None)
 SUITES["compaction"] = ("loadtest.bench.compaction", None)
 SUITES["streams"] = ("loadtest.bench.streams", None)
+SUITES["cores"] = ("loadtest.bench.cores", None)
 SUITES["all"] = ("loadtest.bench.all", None)
 
 

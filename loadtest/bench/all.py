@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import traceback
 
-SUITES = ("ledger", "broker", "client", "peers", "failover", "recovery", "spark", "tls", "hostile", "compaction")
+SUITES = ("ledger", "broker", "client", "peers", "failover", "recovery", "spark", "tls", "hostile", "compaction",
+          "cores")
 
 
 def run(quick: bool = False, only: tuple[str, ...] = SUITES) -> dict:

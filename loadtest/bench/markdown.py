@@ -405,6 +405,55 @@ def _compaction(r: dict) -> list[str]:
             "compacted view than by catching up.", _reproduce("compaction"), ""]
 
 
+CORES_PHASES = {"produce": "produce, batches of up to 1,000", "catchup": "catch-up read",
+                "produce-small": "produce, batches of 10"}
+
+
+def _cores(r: dict) -> list[str]:
+    if "model" not in r:
+        return []
+    c = r["config"]
+    labels = [k for k in r if isinstance(r[k], dict) and "label" in r[k]]
+    rows = []
+    for label in labels:
+        d = r[label]
+        for phase, what in CORES_PHASES.items():
+            if phase not in d:
+                continue
+            p = d[phase]
+            cpu = p["worker_cpu_s_per_m"] or p["single_process_cpu_s_per_m"]
+            rows.append([label + (" (reference)" if label == "1-worker" else ""), what, _n(p["msg_per_s"]),
+                         f"{p['ratio_to_1_worker']:.2f}", " / ".join(_n(v / 1000) + "k" for v in p["rounds_msg_per_s"]),
+                         _n(cpu, 1), _n(p["bookie_cpu_s_per_m"], 1), _n(p["client_cpu_s_per_m"], 1)])
+    model_rows = []
+    for phase, by_cores in r["model"].items():
+        for n, row in by_cores.items():
+            for disk, m in row.items():
+                if phase == "catchup" and disk == "this_disk":
+                    continue
+                model_rows.append([CORES_PHASES.get(phase, phase), n, "this disk" if disk == "this_disk" else "CPU only",
+                                   f"{_n(m['one_worker']['msg_per_s'])} ({m['one_worker']['bound_by']})",
+                                   f"{_n(m['n_workers']['msg_per_s'])} ({m['n_workers']['bound_by']})",
+                                   f"{m['ratio']:.2f}"])
+    return ["## Use every core: broker workers", "",
+            f"`broker standalone --workers K` (3 bookie processes, K broker-worker processes, E2/Qw2/Qa2, fsync on) "
+            f"with K = 1 (the reference) and K = {r['cores']} (one per core), and `--single-process`, each fresh, "
+            f"round-robin over {c['rounds']} rounds (medians). {c['topics']} topics, as many owned by each worker, "
+            f"one official-client process per topic started together, {c['message_bytes']} B messages, "
+            f"{c['messages_per_topic']:,} per topic (a tenth of that with batches of 10). CPU is each process's "
+            "user + system time over the phase, per million messages.", "",
+            *_table(["deployment", "phase", "msg/s", "vs 1 worker", "rounds", "broker CPU s/M", "bookies CPU s/M",
+                     "clients CPU s/M"], rows),
+            f"The model (below) takes the 1-worker run's CPU per message: a worker and a bookie are each one "
+            f"Python thread, so msg/s ≤ workers / worker cost, ≤ 3 / bookie cost (3 bookie processes), "
+            f"≤ cores / (worker + bookie cost), and for produce ≤ the disk's fsync'd bandwidth "
+            f"({_n(r['disk_64k']['mb_per_s'])} MB/s in 64 KiB writes, this run) / (100 B x Qw 2 journals); clients "
+            "run elsewhere.", "",
+            *_table(["phase", "cores", "disk", "1 worker msg/s (bound)", "one worker per core msg/s (bound)",
+                     "ratio"], model_rows),
+            _reproduce("cores"), ""]
+
+
 HOSTILE_ATTACKS = {
     "ack_bomb": "ACK bomb: `ack_set` against `batch_size` 2^31-1, 1,000 ids per ACK, back to back",
     "poison_batch": "poison batch count: SEND with `num_messages` / `num_messages_in_batch` 2^31-1, back to back",
@@ -475,7 +524,8 @@ def write_report(doc: dict, directory: str | Path, command: str) -> Path:
              *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
              *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
              *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})),
-             *_hostile(r.get("hostile", {})), *_compaction(r.get("compaction", {})), "", *NOTES]
+             *_hostile(r.get("hostile", {})), *_compaction(r.get("compaction", {})), *_cores(r.get("cores", {})), "",
+             *NOTES]
     path = directory / "BENCHMARKS.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -7,6 +7,9 @@
   same name (standalone mode, tests); gone when the process exits.
 * ``file:///abs/dir`` or ``file://rel/dir`` -- the embedded tree persisted in
   ``dir`` (persistent nodes survive restarts; one process at a time).
+* ``unix:///abs/socket`` -- a session on an embedded tree another process
+  serves on a Unix socket (storage/metadata/served.py): how the processes of
+  the multi-process standalone share one store.
 """
 
 from storage.metadata.api import (
@@ -29,7 +32,7 @@ async def open_store(url: str, *, session_timeout_s: float = 10.0) -> MetadataSt
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"metadata store URL {url!r} has no scheme (want zk://, memory:// or file://)")
+        raise ValueError(f"metadata store URL {url!r} has no scheme (want zk://, memory://, file:// or unix://)")
     if scheme == "zk":
         from storage.metadata.zookeeper import ZooKeeperStore
 
@@ -42,7 +45,11 @@ async def open_store(url: str, *, session_timeout_s: float = 10.0) -> MetadataSt
         from storage.metadata.embedded import EmbeddedStore
 
         return await EmbeddedStore.open_file(rest, session_timeout_s=session_timeout_s)
-    raise ValueError(f"unknown metadata store scheme {scheme!r} in {url!r} (want zk://, memory:// or file://)")
+    if scheme == "unix":
+        from storage.metadata.remote import RemoteStore
+
+        return await RemoteStore.open(rest, session_timeout_s=session_timeout_s)
+    raise ValueError(f"unknown metadata store scheme {scheme!r} in {url!r} (want zk://, memory://, file:// or unix://)")
 
 
 __all__ = [

@@ -271,7 +271,11 @@ class BookieProcess(ServiceProcess):
 
 @dataclass
 class BrokerProcess(ServiceProcess):
-    """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports."""
+    """``broker standalone --data-dir DIR`` (or ``broker start`` when ``metadata_url`` is set) on free ports.
+
+    The standalone runs ``--single-process`` unless ``workers`` is set: then a supervisor with bookie and
+    ``workers`` broker-worker processes (broker/workers.py), worker 0 on ``port``/``http_port``; with
+    ``metadata_url``, ``workers`` makes it ``broker start --workers N``."""
 
     data_dir: Path
     metadata_url: str | None = None
@@ -290,6 +294,7 @@ class BrokerProcess(ServiceProcess):
     proxy: "NetProxyProcess | None" = None
     advertised_port: int | None = None
     advertised_http_port: int | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.proxy is not None and self.advertised_port is None:
@@ -332,13 +337,68 @@ class BrokerProcess(ServiceProcess):
     def health_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}/health"  # the process itself, not through its proxy link
 
+    def spawn(self) -> subprocess.Popen:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        return super().spawn()
+
+    def is_healthy(self) -> bool:
+        """Worker 0's /health, and with workers the supervisor's ready line (every worker is up) in this run's log."""
+        if not super().is_healthy():
+            return False
+        return self.workers is None or any(line in self.log_since_start() for line in self.SUPERVISOR_READY)
+
+    SUPERVISOR_READY = ("broker standalone ready (", "broker workers ready (")
+
+    def log_since_start(self) -> str:
+        """What this incarnation wrote to the (appended) log."""
+        with open(self.log_path, "rb") as f:
+            f.seek(getattr(self, "_log_start", 0))
+            return f.read().decode(errors="replace")
+
     def command(self) -> list[str]:
         common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
                   *self.extra_args]
         if self.metadata_url is not None:
-            return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *common]
+            workers = ["--workers", str(self.workers)] if self.workers is not None else []
+            return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *workers, *common]
+        mode = ["--single-process"] if self.workers is None else ["--workers", str(self.workers)]
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
-                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port), *common]
+                "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port),
+                *mode, *common]
+
+
+def standalone_children(pid: int) -> dict[str, int]:
+    """The children of a multi-process standalone's supervisor by name (``worker-0``, ``bookie-a``, ...), from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # exited meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"broker.worker_child" in argv:
+            found[argv[argv.index(b"broker.worker_child") + 1].decode()] = int(entry.name)
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """False once the process is gone or a zombie (dead, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

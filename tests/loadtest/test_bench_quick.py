@@ -143,3 +143,22 @@ def test_tls_suite_quick_measures_tls_beside_plain(tmp_path):
             figure = r[f"{client}_{size}"]
             assert figure["plain_msg_per_s"] > 0 and figure["tls_msg_per_s"] > 0
             assert figure["ratio"] == figure["runs"][0]["tls"] / figure["runs"][0]["plain"]
+
+
+def test_cores_suite_quick_compares_one_worker_per_core_with_one(tmp_path):
+    result, doc = run_suite("cores", tmp_path, timeout_s=900)
+    assert "use every core" in result.stdout and "model (from the 1-worker run" in result.stdout
+    r = doc["results"]
+    labels = ["single-process", "1-worker"] + ([f"{r['cores']}-workers"] if r["cores"] > 1 else [])
+    for label in labels:
+        for phase in ("produce", "catchup", "produce-small"):
+            p = r[label][phase]
+            assert p["msg_per_s"] > 0 and p["messages"] > 0 and len(p["rounds_msg_per_s"]) == 1
+            assert p["ratio_to_1_worker"] == p["msg_per_s"] / r["1-worker"][phase]["msg_per_s"]
+    assert r["1-worker"]["produce"]["worker_cpu_s_per_m"] > 0 and r["1-worker"]["produce"]["bookie_cpu_s_per_m"] > 0
+    assert r["single-process"]["produce"]["single_process_cpu_s_per_m"] > 0
+    assert r["1-worker"]["catchup"]["messages"] == r["1-worker"]["produce"]["messages"] + 5_000 * r["config"]["topics"]
+    for phase in ("produce", "catchup", "produce-small"):
+        for cores in ("8", "16"):
+            m = r["model"][phase][cores]["cpu_only"]
+            assert m["ratio"] == m["n_workers"]["msg_per_s"] / m["one_worker"]["msg_per_s"] >= 1

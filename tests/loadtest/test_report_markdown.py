@@ -135,3 +135,14 @@ def test_the_ledger_section_shows_each_window_the_simpletest_burst_and_both_stea
     assert "| `bookie shell simpletest` loop (1,000 adds, window 1,000) | 64,000 entries/s | p50 12.0 ms | 2.00x" in section
     assert "| steady 1,000/s, bookies with `journal_flush_when_queue_empty` | p99 4.50 ms | p50 0.90 ms |" in section
     assert _targets(text)["ledger 1 KiB adds"] == "**met**"  # 32,000/s at window 1,024: the sustained figure
+
+
+def test_the_cores_suite_gets_its_table_and_model(tmp_path):
+    doc = copy.deepcopy(DOC)
+    doc["results"]["cores"] = json.loads((Path(__file__).parent / "data" / "bench-cores-quick.json").read_text())["results"]
+    text = write_report(doc, tmp_path, "python -m loadtest.bench all --report docs/").read_text()
+    section = text.split("## Use every core: broker workers", 1)[1].split("\n## ", 1)[0]
+    assert "| 1-worker (reference) | produce, batches of up to 1,000 | 69,353 | 1.00 |" in section
+    assert "| 2-workers | catch-up read | 152,911 | 1.47 |" in section
+    assert "| produce, batches of 10 | 16 | CPU only | 21,622 (workers) | 80,000 (bookies) | 3.70 |" in section
+    assert "Reproduce: `python -m loadtest.bench cores" in section

@@ -1,0 +1,174 @@
+"""The multi-process `broker standalone --workers N` (broker/workers.py), through the real CLI and the official client.
+
+Bookies and broker workers are child processes of a supervisor that serves the
+embedded metadata store; topics land on different workers behind one
+advertised address; a worker killed with kill -9 has its bundles taken over
+and is restarted; SIGTERM, or the supervisor's own death, leaves no child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from storage.testing.processes import BrokerProcess, process_alive as alive, standalone_children
+from storage.testing.waiting import wait_until
+
+WORKERS = 2
+
+
+def owner_url(broker: BrokerProcess, topic: str) -> str:
+    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{topic.split('://', 1)[1]}",
+                                timeout=30) as resp:
+        return json.loads(resp.read())["brokerUrl"]
+
+
+def official_client(broker: BrokerProcess) -> pulsar.Client:
+    return pulsar.Client(broker.service_url, operation_timeout_seconds=30,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+
+
+@pytest.fixture
+def workers_standalone(tmp_path):
+    started: list[BrokerProcess] = []
+
+    def start(data_dir: Path | None = None, workers: int | None = WORKERS) -> BrokerProcess:
+        broker = BrokerProcess(data_dir or tmp_path / "data", workers=workers)
+        started.append(broker)
+        return broker.start(timeout_s=120)
+
+    yield start
+    for broker in started:
+        broker.stop(timeout_s=60)
+
+
+def topics_on_each_worker(broker: BrokerProcess, client: pulsar.Client, prefix: str) -> dict[str, str]:
+    """One topic per worker, owner URL -> topic: producing to a topic makes its bundle owned somewhere."""
+    by_owner: dict[str, str] = {}
+    for i in range(64):
+        topic = f"persistent://public/default/{prefix}-{i}"
+        client.create_producer(topic).close()  # the lookup assigns the bundle
+        by_owner.setdefault(owner_url(broker, topic), topic)
+        if len(by_owner) == WORKERS:
+            return by_owner
+    raise AssertionError(f"64 topics all landed on {list(by_owner)}")
+
+
+def test_topics_land_on_every_worker_and_a_killed_worker_is_taken_over_and_restarted(workers_standalone):
+    broker = workers_standalone()
+    children = standalone_children(broker.proc.pid)
+    assert sorted(children) == ["bookie-a", "bookie-b", "bookie-c"] + [f"worker-{i}" for i in range(WORKERS)]
+    # Scripts wait for " ready (": the supervisor's line is the only one that has it, after every child's.
+    output = broker.log_since_start()
+    assert output.count(" ready (") == 1 and output.index(" ready (") > output.rindex("[worker-1] broker ")
+    client = official_client(broker)
+    try:
+        by_owner = topics_on_each_worker(broker, client, "spread")
+        assert broker.service_url in by_owner  # worker 0, on the advertised port, owns some
+        # Every worker serves its own topics, reached through the one advertised address.
+        for topic in by_owner.values():
+            producer = client.create_producer(topic, batching_enabled=True)
+            for i in range(200):
+                producer.send_async(f"{i}".encode(), None)
+            producer.flush()
+            producer.close()
+            consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            assert [consumer.receive(30_000).data() for _ in range(200)] == [f"{i}".encode() for i in range(200)]
+            consumer.close()
+
+        victim_topic = next(t for url, t in by_owner.items() if url != broker.service_url)
+        victim_url = owner_url(broker, victim_topic)
+        producer = client.create_producer(victim_topic, batching_enabled=False)
+        producer.send(b"before")
+        os.kill(children["worker-1"], signal.SIGKILL)
+
+        # The producer's next send goes to whichever worker now owns the bundle, after it fenced the ledgers.
+        producer.send(b"after")
+        producer.close()
+        consumer = client.subscribe(victim_topic, "s")  # nothing acknowledged there yet: all 202 come again
+        received = []
+        while len(received) < 202:
+            received.append(consumer.receive(30_000).data())
+        assert received == [f"{i}".encode() for i in range(200)] + [b"before", b"after"]
+
+        log = lambda: broker.log_since_start()  # noqa: E731
+        wait_until(lambda: "worker-1 (pid" in log() and "exited with status -9" in log(), 30,
+                   "the supervisor to report the killed worker")
+        wait_until(lambda: log().count("[worker-1] broker ") >= 2 and
+                   log().rsplit("exited with status -9", 1)[1].count("[worker-1] broker ") >= 1, 120,
+                   "the killed worker to be restarted and ready")
+        restarted = standalone_children(broker.proc.pid)
+        assert restarted["worker-1"] != children["worker-1"]
+        assert {k: v for k, v in restarted.items() if k != "worker-1"} == {
+            k: v for k, v in children.items() if k != "worker-1"}
+        assert owner_url(broker, victim_topic) in {broker.service_url, victim_url}
+    finally:
+        client.close()
+
+
+def test_a_killed_bookie_returns_sigterm_stops_every_child_and_the_data_restarts_in_either_mode(workers_standalone, tmp_path):
+    broker = workers_standalone()
+    children = standalone_children(broker.proc.pid)
+    assert len(children) == 3 + WORKERS
+    client = official_client(broker)
+    topics = list(topics_on_each_worker(broker, client, "durable").values())
+    producers = [client.create_producer(topic) for topic in topics]
+    for topic, producer in zip(topics, producers):
+        for i in range(25):
+            producer.send(f"{topic[-1]}{i}".encode())
+    # A bookie killed with kill -9 comes back under its own id: its cookie still matches its data.
+    os.kill(children["bookie-a"], signal.SIGKILL)
+    wait_until(lambda: broker.log_since_start().count("[bookie-a] bookie standalone-bookie-a serving (") == 2, 120,
+               "the killed bookie to be restarted and ready")
+    for topic, producer in zip(topics, producers):
+        for i in range(25, 50):
+            producer.send(f"{topic[-1]}{i}".encode())
+        producer.close()
+    client.close()
+    children = standalone_children(broker.proc.pid)
+
+    assert broker.stop(timeout_s=60) == 0
+    assert not [name for name, pid in children.items() if alive(pid)], "children left behind by SIGTERM"
+    assert not (tmp_path / "data" / "metadata.sock").exists()
+
+    # Same data, same bookie ids and cookies: the single-process mode reads what the workers wrote.
+    single = workers_standalone(tmp_path / "data", workers=None)
+    client = official_client(single)
+    try:
+        for topic in topics:
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            assert [reader.read_next(30_000).data() for _ in range(50)] == [f"{topic[-1]}{i}".encode() for i in range(50)]
+            reader.close()
+    finally:
+        client.close()
+
+
+def test_children_die_with_a_killed_supervisor(workers_standalone):
+    broker = workers_standalone()
+    children = standalone_children(broker.proc.pid)
+    broker.kill9()
+    wait_until(lambda: not [pid for pid in children.values() if alive(pid)], 60,
+               lambda: f"children to exit after the supervisor's kill -9; alive: "
+                       f"{[n for n, p in children.items() if alive(p)]}")
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--workers", "0"], "--workers must be between 1 and 64"),
+    (["--workers", "2", "--port", "0"], "port 0 (any) cannot be the cluster's advertised port"),
+])
+def test_a_plan_that_cannot_work_is_refused_before_any_child_starts(tmp_path, flags, reason):
+    from storage.testing.processes import VENV_BIN, free_port
+
+    result = subprocess.run([str(VENV_BIN / "broker"), "standalone", "--data-dir", str(tmp_path / "data"),
+                             "--http-port", str(free_port()), "--stream-port", str(free_port()), *flags],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert reason in result.stderr
+    assert "ready (" not in result.stdout and not (tmp_path / "data" / "metadata.sock").exists()
