@@ -310,7 +310,8 @@ FAILURES = {
         url=lambda b: f"pulsar://127.0.0.1:{b.tls_port}",
         # the broker answers the plain CONNECT with a TLS alert and closes: magnetar says so at once, the official
         # client retries until its operation timeout; the broker's log names the cause
-        magnetar=(magnetar.ConnectError, r"connection to 127\.0\.0\.1:\d+ lost"), pulsar=pulsar.Timeout,
+        magnetar=(magnetar.ConnectError, r"cannot connect to 127\.0\.0\.1:\d+: the connection closed before the handshake"),
+        pulsar=pulsar.Timeout,
         log="does not speak TLS"),
 }
 
