@@ -148,6 +148,15 @@ class TopicFencedError(ServiceNotReadyError):
     """This broker no longer owns the topic; clients must look it up again."""
 
 
+class TopicServedElsewhereError(ServiceNotReadyError):
+    """Another broker owns the topic's bundle: a client looks it up again; an admin request goes there
+    (broker/http/forwarding.py)."""
+
+    def __init__(self, message: str, owner):
+        super().__init__(message)
+        self.owner = owner
+
+
 class InvalidBundleError(BrokerError):
     """The bundle range is malformed (admin REST answers 412, as for an invalid name)."""
 

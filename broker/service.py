@@ -26,7 +26,8 @@ import time
 
 from broker.config import BrokerConfig
 from broker.errors import (
-    BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, metadata_errors, persistence_errors,
+    BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, TopicServedElsewhereError, metadata_errors,
+    persistence_errors,
 )
 from broker.loadbalance.broker_choice import BundleStats, BundleStatsSampler, LoadReport, LoadSampler, TopicSample
 from broker.ownership.bundles import BundleRange
@@ -342,7 +343,7 @@ class BrokerService:
         await self._check_namespace(name)
         owner = await self.ownership.try_acquire(name)
         if owner.broker_id != self.ownership.me.broker_id:
-            raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
+            raise TopicServedElsewhereError(f"topic {name} is served by broker {owner.broker_id}; look it up again", owner)
         if await self.resources.partition_count(name) > 0:
             raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
         exists = await self.factory.exists(name.managed_ledger_name)
@@ -371,7 +372,7 @@ class BrokerService:
         await self._check_namespace(name)
         owner = await self.ownership.try_acquire(name)
         if owner.broker_id != self.ownership.me.broker_id:
-            raise ServiceNotReadyError(f"topic {name} is served by broker {owner.broker_id}; look it up again")
+            raise TopicServedElsewhereError(f"topic {name} is served by broker {owner.broker_id}; look it up again", owner)
         if await self.resources.partition_count(name) > 0:
             raise NotAllowedError(f"{name} is a partitioned topic; produce to and consume from its partitions")
         partitioned_parent = name.partition_index >= 0 and await self.resources.partition_count(name.partitioned_name) > 0

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 import msgpack
 
-from storage.client.placement import write_sets
+from storage.client.api import write_sets
 from storage.ledger_metadata import LedgerMetadata
 
 # Bounds on what a client may ask for in one request.

@@ -10,6 +10,7 @@ from broker.http.auth_middleware import authenticate
 from broker.http.clusters import routes as cluster_routes
 from broker.http.compaction import routes as compaction_routes
 from broker.http.console import routes as console_routes
+from broker.http.forwarding import to_owner
 from broker.http.non_persistent import routes as non_persistent_routes
 from broker.http.policies import routes as policy_routes
 from broker.http.rate_policies import routes as rate_routes
@@ -18,7 +19,7 @@ from broker.http.topic_admin import broker_routes, routes as topic_admin_routes
 
 
 def build_app(service) -> web.Application:
-    app = web.Application(middlewares=[_errors, authenticate, permissions.authorize])
+    app = web.Application(middlewares=[_errors, authenticate, permissions.authorize, to_owner])
     app[SERVICE] = service
     app.add_routes(permissions.routes)  # first: .../{ns}/permissions would otherwise match .../{ns}/{policy}
     app.add_routes(schema_routes)  # before admin's too: .../{ns}/schemaCompatibilityStrategy and the like

@@ -17,7 +17,7 @@ import json
 from aiohttp import web
 
 from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
-from broker.http.lookup import lookup_answer, lookup_redirect
+from broker.http.lookup import answer_lookup
 from broker.http.metrics import render_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
@@ -504,11 +504,5 @@ def _subscription(topic, name):
 @routes.get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}")
 @requires(Need.LOOKUP)
 async def lookup(request):
-    """The owner of the topic's bundle. An unowned bundle is redirected (307) to the broker placement chooses,
-    asked with ``authoritative=true``, which takes the bundle and answers (Pulsar's shape)."""
-    service = _service(request)
-    broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
-    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
-    if not owns:
-        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener, request.secure))
-    return web.json_response(lookup_answer(broker, listener))
+    """The owner of the topic's bundle; an unowned bundle goes to the broker placement chooses (broker/http/lookup.py)."""
+    return await answer_lookup(request, _service(request), _topic(request))

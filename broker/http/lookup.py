@@ -1,9 +1,21 @@
-"""The body of an HTTP topic lookup (``/lookup/v2/topic/...``): Pulsar's LookupData for the owner's addresses."""
+"""An HTTP topic lookup (``/lookup/v2/topic/...``): Pulsar's LookupData for the owner's addresses.
+
+An unowned bundle goes to the broker placement chooses, asked with ``authoritative=true``, which takes it. Pulsar
+redirects the client there (307), and so does Magnetar for a caller without an ``Authorization`` header. A
+caller with one is answered here, from the chosen broker's own answer to the same request with the same header:
+the official clients follow a redirect with libcurl, which drops ``Authorization`` on the way to another host or
+port, so a token or basic caller redirected to another broker (or another worker of ``broker standalone``)
+arrived there anonymous and was refused (403). A TLS client certificate goes with the client on a redirect, and
+cannot be passed on by this broker, so those callers are still redirected.
+"""
 
 from __future__ import annotations
 
 import urllib.parse
 
+from aiohttp import web
+
+from broker.http.forwarding import forward
 from broker.ownership.ownership import BrokerInfo
 
 
@@ -27,3 +39,18 @@ def lookup_redirect(broker: BrokerInfo, path: str, listener_name: str | None, se
     if listener_name:
         query["listenerName"] = listener_name
     return f"{broker.web_url(secure)}{path}?{urllib.parse.urlencode(query)}"
+
+
+async def answer_lookup(request: web.Request, service, topic) -> web.Response:
+    """The lookup route's answer for ``topic`` (persistent or not): this broker's own, a 307 to the chosen broker,
+    or, for a caller with an ``Authorization`` header, the chosen broker's answer relayed (see the module)."""
+    authoritative = request.query.get("authoritative", "false").lower() == "true"
+    broker, owns = await service.lookup(topic, authoritative)
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
+    if owns:
+        return web.json_response(lookup_answer(broker, listener))
+    url = lookup_redirect(broker, request.path, listener, request.secure)
+    if "Authorization" not in request.headers:
+        raise web.HTTPTemporaryRedirect(url)
+    return await forward(request, url, broker.broker_id)
+

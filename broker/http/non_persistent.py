@@ -20,7 +20,7 @@ from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import BadRequest, _json, _ns, _service
-from broker.http.lookup import lookup_answer, lookup_redirect
+from broker.http.lookup import answer_lookup
 from broker.ownership.bundles import parse_bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -123,9 +123,4 @@ async def topic_stats(request):
 @routes.get("/lookup/v2/topic/non-persistent/{tenant}/{ns}/{topic}")
 @requires(Need.LOOKUP)
 async def lookup(request):
-    service = _service(request)
-    broker, owns = await service.lookup(_topic(request), request.query.get("authoritative", "false").lower() == "true")
-    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
-    if not owns:
-        raise web.HTTPTemporaryRedirect(lookup_redirect(broker, request.path, listener, request.secure))
-    return web.json_response(lookup_answer(broker, listener))
+    return await answer_lookup(request, _service(request), _topic(request))

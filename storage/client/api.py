@@ -27,12 +27,13 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from storage.client.registry import BookieInfo, parse_registration  # the bookie registry, for admin listings
+from storage.client.placement import write_sets  # which bookies each entry of an ensemble goes to, for admin views
 from storage.digest import Entry
 
 if TYPE_CHECKING:
     from storage.client.config import ClientConfig
 
-__all__ = ["BookieInfo", "Entry", "LedgerClient", "ReadHandle", "WriteHandle", "parse_registration"]
+__all__ = ["BookieInfo", "Entry", "LedgerClient", "ReadHandle", "WriteHandle", "parse_registration", "write_sets"]
 
 
 @runtime_checkable

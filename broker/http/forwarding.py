@@ -1,0 +1,69 @@
+"""Admin requests for a topic another broker serves are answered by that broker.
+
+Pulsar redirects such a request (307) to the owner. Clients do not all follow: Python's urllib (and so the
+official client suite's own helpers) follows a 307 only for GET and HEAD, and libcurl drops ``Authorization`` on
+the way to another host or port. Behind ``broker standalone``'s one advertised address (several workers) that
+made a PUT of a topic's compaction fail where Pulsar's one-broker standalone succeeds. So the broker that
+received the request sends it on to the owner itself -- same method, path, query, body, and the caller's
+``Authorization`` -- and answers with the owner's answer; the owner authorizes it again. A caller who proved
+their role with a TLS client certificate (no ``Authorization`` header) cannot be vouched for by this broker, so
+they get Pulsar's 307 instead.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import aiohttp
+from aiohttp import web
+
+from broker.errors import ServiceNotReadyError, TopicServedElsewhereError
+
+FORWARD_TIMEOUT_S = 60  # a compaction or a clear-backlog answers once started, not when done
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a topic's stats or internal stats with many subscriptions
+_SENT_ON = ("authorization", "content-type", "accept")
+FORWARDED = "X-Magnetar-Forwarded"  # set on a request sent on: the owner answers it, never sends it on again
+
+
+@web.middleware
+async def to_owner(request, handler):
+    try:
+        return await handler(request)
+    except TopicServedElsewhereError as exc:
+        if FORWARDED in request.headers:
+            raise  # ownership moved while the request was on its way: 503, the caller retries
+        url = f"{exc.owner.web_url(request.secure)}{request.path_qs}"
+        if "Authorization" not in request.headers and _has_client_certificate(request):
+            raise web.HTTPTemporaryRedirect(url) from None
+        return await forward(request, url, exc.owner.broker_id)
+
+
+def _has_client_certificate(request) -> bool:
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
+    return ssl_object is not None and ssl_object.getpeercert() is not None
+
+
+async def forward(request, url: str, owner_id: str) -> web.Response:
+    """``request`` sent on to ``url`` on broker ``owner_id``, with the caller's credentials; its answer."""
+    from broker.http.admin import SERVICE
+
+    cafile = request.app[SERVICE].config.tls_trust_certs_file_path
+    tls = {"ssl": ssl.create_default_context(cafile=cafile)} if url.startswith("https:") else {}
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _SENT_ON}
+    headers[FORWARDED] = "1"
+    body = await request.read()
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as http:
+            async with http.request(request.method, url, headers=headers, data=body or None, allow_redirects=False,
+                                    **tls) as resp:
+                answer = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                status, content_type = resp.status, resp.content_type
+                location = resp.headers.get("Location")
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise ServiceNotReadyError(f"broker {owner_id} serves this topic and could not be asked: {exc}") from exc
+    if len(answer) > MAX_ANSWER_BYTES:
+        raise ServiceNotReadyError(f"broker {owner_id} answered more than {MAX_ANSWER_BYTES} bytes")
+    response = web.Response(status=status, body=answer, content_type=content_type if answer else None)
+    if location is not None:
+        response.headers["Location"] = location
+    return response
