@@ -69,9 +69,11 @@ async def open_loop(client: LedgerClient, rate_per_s: float, duration_s: float, 
     start = time.perf_counter() + 0.05
     for i in range(count):
         scheduled = start + i / rate_per_s
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)  # pacing the schedule, not synchronisation
+        # pacing the schedule, not synchronisation; again while early: the loop's timer may fire a little
+        # before the time asked (uvloop's clock ticks in milliseconds), and an add sent early would be
+        # credited with the time it was early
+        while (delay := scheduled - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
         lateness.append(time.perf_counter() - scheduled)
         fut = handle.add_entry_async(body)
         fut.add_done_callback(lambda f, s=scheduled: latencies.append(time.perf_counter() - s))
