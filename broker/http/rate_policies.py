@@ -49,15 +49,21 @@ RATE_POLICIES = {
 }
 
 
+def _with_cluster_rate(rates: dict | None, cluster: str, rate: dict | None) -> dict | None:
+    """A rate policy (Pulsar keeps one rate per cluster) with this cluster's rate replaced, or removed for None;
+    None when no cluster has one left."""
+    updated = {k: v for k, v in (rates or {}).items() if k != cluster}
+    if rate is not None:
+        updated[cluster] = rate
+    return updated or None
+
+
 async def _set(request, attr: str, rate: dict | None) -> None:
     """Store (or with None remove) this cluster's rate, then apply it to the namespace's loaded topics."""
     service, ns = request.app[SERVICE], _ns(request)
     cluster = service.config.cluster_name
-    current = getattr(await service.resources.get_policies(ns), attr) or {}
-    updated = {k: v for k, v in current.items() if k != cluster}
-    if rate is not None:
-        updated[cluster] = rate
-    policies = await service.resources.update_policies(ns, **{attr: updated or None})
+    current = getattr(await service.resources.get_policies(ns), attr)
+    policies = await service.resources.update_policies(ns, **{attr: _with_cluster_rate(current, cluster, rate)})
     for topic in list(service.topics.values()):
         if topic.name.namespace_name == ns and not topic.closed:
             topic.apply_policies(policies)
@@ -125,11 +131,8 @@ async def _set_topic_rate(request, attr: str, rate: dict | None) -> None:
     """Store (or with None remove) this cluster's rate in the topic's policies; _set_topic applies it."""
     service, topic = await _existing_topic(request)
     cluster = service.config.cluster_name
-    current = getattr(await service.resources.get_topic_policies(topic), attr) or {}
-    updated = {k: v for k, v in current.items() if k != cluster}
-    if rate is not None:
-        updated[cluster] = rate
-    await _set_topic(request, {attr: updated or None})
+    current = getattr(await service.resources.get_topic_policies(topic), attr)
+    await _set_topic(request, {attr: _with_cluster_rate(current, cluster, rate)})
 
 
 def _register_topic(name: str) -> None:
