@@ -26,6 +26,16 @@ def test_worker_zero_keeps_the_configured_listeners_and_the_others_get_their_own
     assert len({p.broker_id for p in plans}) == 3  # each is its own broker of the cluster
 
 
+def test_worker_zero_is_told_the_other_workers_web_urls_to_merge_their_metrics_into_its_own():
+    config = BrokerConfig(metadata_store_url="file:///d/metadata", port=6650, http_port=8080)
+    plans = plan_workers(config, 3, URL, ports())
+    assert plans[0].metrics_worker_urls == ("http://127.0.0.1:40001", "http://127.0.0.1:40003")
+    assert [p.metrics_worker_urls for p in plans[1:]] == [(), ()]  # they serve their own only: no loop
+    https_only = BrokerConfig(metadata_store_url="x://", http_port=None, https_port=8443, tls_port=6651)
+    assert plan_workers(https_only, 2, URL, ports())[0].metrics_worker_urls == ("https://127.0.0.1:40002",)
+    assert plan_workers(config, 1, URL, ports())[0].metrics_worker_urls == ()
+
+
 def test_a_listener_that_is_off_stays_off_on_every_worker_and_tls_gets_its_own_ports():
     config = BrokerConfig(metadata_store_url="x://", port=None, http_port=8080, tls_port=6651, https_port=8443,
                           stream_port=None)

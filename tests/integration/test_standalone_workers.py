@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -187,7 +188,7 @@ def test_token_lookups_over_http_reach_topics_of_every_worker(workers_standalone
                            check=True, capture_output=True, text=True).stdout.strip()
     broker = workers_standalone(env={
         "MAGNETAR_BROKER_AUTHENTICATION_ENABLED": "true", "MAGNETAR_BROKER_AUTHENTICATION_PROVIDERS": "token",
-        "MAGNETAR_BROKER_TOKEN_SECRET_KEY": f"file://{secret}"})
+        "MAGNETAR_BROKER_TOKEN_SECRET_KEY": f"file://{secret}", "MAGNETAR_BROKER_AUTHENTICATE_METRICS_ENDPOINT": "true"})
     client = pulsar.Client(broker.web_url, authentication=pulsar.AuthenticationToken(token),
                            operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
@@ -202,6 +203,14 @@ def test_token_lookups_over_http_reach_topics_of_every_worker(workers_standalone
             if len(_workers_owning_bundles(broker)) == WORKERS:
                 break
         assert len(_workers_owning_bundles(broker)) == WORKERS, "all topics landed on one worker: nothing relayed"
+        # With authenticateMetricsEndpoint, worker 0 passes the scraper's token on to the other workers.
+        scrape = urllib.request.Request(f"{broker.web_url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(scrape, timeout=30) as resp:
+            text = resp.read().decode()
+        assert all(f'magnetar_worker_up{{worker="{i}"}} 1.0' in text for i in range(WORKERS)), text[-500:]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=30)
+        assert refused.value.code == 401
     finally:
         client.close()
 
@@ -237,3 +246,45 @@ def test_topic_admin_through_the_advertised_port_reaches_the_worker_that_serves_
 def _json_at(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=30) as resp:
         return json.loads(resp.read())
+
+
+def test_one_scrape_of_the_advertised_metrics_covers_the_topics_of_every_worker(workers_standalone):
+    """Prometheus and the Grafana dashboard scrape the advertised HTTP port, worker 0's: it merges the other
+    workers' expositions into its own (broker/http/workers_metrics.py)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    broker = workers_standalone()
+    client = official_client(broker)
+    try:
+        by_owner = topics_on_each_worker(broker, client, "scraped")
+        sent = {}
+        for n, topic in enumerate(by_owner.values(), start=3):
+            consumer = client.subscribe(topic, "dash")
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(n):
+                producer.send(b"m%d" % i)
+            producer.close()
+            consumer.close()
+            sent[topic] = n
+        with urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    finally:
+        client.close()
+    series: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):  # Prometheus's parser: also refuses duplicate families
+        for sample in family.samples:
+            key = tuple(sorted(sample.labels.items()))
+            assert key not in series.setdefault(sample.name, {}), f"duplicate series {sample.name}{dict(key)}"
+            series[sample.name][key] = sample.value
+
+    def of_topic(name: str, topic: str, **labels) -> float:
+        wanted = {"cluster": "standalone", "namespace": "public/default", "topic": topic, **labels}
+        return series[name][tuple(sorted(wanted.items()))]
+
+    for topic, n in sent.items():  # one topic owned by each worker, both in the one scrape
+        assert of_topic("pulsar_in_messages_total", topic) == n
+        assert of_topic("pulsar_subscription_back_log", topic, subscription="dash") == n
+    assert series["magnetar_worker_up"] == {(("worker", str(i)),): 1.0 for i in range(WORKERS)}
+    topics_seen = {dict(k)["topic"] for k in series["pulsar_storage_size"]}
+    assert series["pulsar_topics_count"][()] == len(topics_seen) >= len(sent)  # the host's topics, summed
+    assert set(series["magnetar_stats_samples_total"]) == {(("worker", str(i)),) for i in range(WORKERS)}
