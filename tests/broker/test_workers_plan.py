@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -81,3 +82,48 @@ def test_without_workers_asked_for_one_per_core_unless_only_one_broker_can_serve
     from broker.workers import workers_for
 
     assert workers_for(BrokerConfig(metadata_store_url="x://", **changes), 4) == expected
+
+
+@pytest.mark.parametrize("count, quorums, message", [
+    (3, (2, 2, 2), None),
+    (4, (3, 2, 2), None),
+    (1, (1, 1, 1), None),  # Pulsar's own standalone layout, on one bookie
+    (26, (2, 2, 2), None),
+    (1, (2, 2, 2), "--bookies 1 is fewer than the ledger ensemble size"),
+    (2, (3, 3, 2), "run --bookies 3 or more, or lower E/Qw/Qa (now 3/3/2)"),
+    (0, (1, 1, 1), "--bookies must be between 1 and 26, not 0"),
+    (27, (2, 2, 2), "--bookies must be between 1 and 26, not 27"),
+])
+def test_the_bookie_count_must_hold_an_ensemble(count, quorums, message):
+    from broker.workers import check_bookie_count
+
+    e, qw, qa = quorums
+    config = BrokerConfig(metadata_store_url="x://", managed_ledger_ensemble_size=e, managed_ledger_write_quorum=qw,
+                          managed_ledger_ack_quorum=qa).validate()
+    if message is None:
+        check_bookie_count(count, config)
+    else:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_bookie_count(count, config)
+
+
+def test_more_bookies_get_the_next_letters_ports_and_the_three_zones_in_turn(tmp_path):
+    from broker.standalone import standalone_bookie_configs
+
+    configs = standalone_bookie_configs(tmp_path, "memory://x", 3181, first_http_port=8000, count=5)
+    assert [(c.bookie_id, c.data_dir.name, c.port, c.http_port, c.network_location) for c in configs] == [
+        ("standalone-bookie-a", "bookie-a", 3181, 8000, "/zone-a/ud0"),
+        ("standalone-bookie-b", "bookie-b", 3182, 8001, "/zone-b/ud1"),
+        ("standalone-bookie-c", "bookie-c", 3183, 8002, "/zone-c/ud2"),
+        ("standalone-bookie-d", "bookie-d", 3184, 8003, "/zone-a/ud3"),
+        ("standalone-bookie-e", "bookie-e", 3185, 8004, "/zone-b/ud4")]
+    assert len(standalone_bookie_configs(tmp_path, "memory://x", 3181)) == 3
+
+
+def test_bookie_directories_of_an_earlier_larger_run_are_named(tmp_path):
+    from broker.workers import missing_bookie_dirs
+
+    for name in ("bookie-a", "bookie-b", "bookie-c", "bookie-d", "metadata"):
+        (tmp_path / name).mkdir()
+    assert missing_bookie_dirs(tmp_path, 2) == ["bookie-c", "bookie-d"]
+    assert missing_bookie_dirs(tmp_path, 4) == []

@@ -40,8 +40,9 @@ def official_client(broker: BrokerProcess) -> pulsar.Client:
 def workers_standalone(tmp_path):
     started: list[BrokerProcess] = []
 
-    def start(data_dir: Path | None = None, workers: int | None = WORKERS, env: dict | None = None) -> BrokerProcess:
-        broker = BrokerProcess(data_dir or tmp_path / "data", workers=workers, env=env or {})
+    def start(data_dir: Path | None = None, workers: int | None = WORKERS, env: dict | None = None,
+              **options) -> BrokerProcess:
+        broker = BrokerProcess(data_dir or tmp_path / "data", workers=workers, env=env or {}, **options)
         started.append(broker)
         return broker.start(timeout_s=120)
 
@@ -163,6 +164,10 @@ def test_children_die_with_a_killed_supervisor(workers_standalone):
 @pytest.mark.parametrize("flags, reason", [
     (["--workers", "0"], "--workers must be between 1 and 64"),
     (["--workers", "2", "--port", "0"], "port 0 (any) cannot be the cluster's advertised port"),
+    # The default ledgers are E2/Qw2/Qa2: one bookie cannot hold an ensemble, in either mode.
+    (["--bookies", "1"], "--bookies 1 is fewer than the ledger ensemble size managedLedgerDefaultEnsembleSize"),
+    (["--single-process", "--bookies", "1"], "run --bookies 2 or more, or lower E/Qw/Qa (now 2/2/2)"),
+    (["--bookies", "27"], "--bookies must be between 1 and 26, not 27"),
 ])
 def test_a_plan_that_cannot_work_is_refused_before_any_child_starts(tmp_path, flags, reason):
     from storage.testing.processes import VENV_BIN, free_port
@@ -288,3 +293,31 @@ def test_one_scrape_of_the_advertised_metrics_covers_the_topics_of_every_worker(
     topics_seen = {dict(k)["topic"] for k in series["pulsar_storage_size"]}
     assert series["pulsar_topics_count"][()] == len(topics_seen) >= len(sent)  # the host's topics, summed
     assert set(series["magnetar_stats_samples_total"]) == {(("worker", str(i)),) for i in range(WORKERS)}
+
+
+def test_four_bookies_register_and_serve_produce_and_consume(workers_standalone):
+    """``--bookies 4``: four bookie processes (ids a..d, zones a, b, c, a), all registered; ledgers of E2 are placed
+    on them and the official client's messages come back."""
+    from storage.testing.processes import free_port_block
+
+    broker = workers_standalone(bookie_port=free_port_block(4), extra_args=["--bookies", "4"])
+    assert sorted(standalone_children(broker.proc.pid)) == [f"bookie-{z}" for z in "abcd"] + [
+        f"worker-{i}" for i in range(WORKERS)]
+    assert "4 bookie processes, data in" in broker.log_since_start()
+    registered = _json_at(f"{broker.web_url}/admin/v2/bookies/all")["bookies"]
+    assert sorted(b["bookieId"] for b in registered) == [f"standalone-bookie-{z}" for z in "abcd"]
+    racks = _json_at(f"{broker.web_url}/admin/v2/bookies/racks-info")["default"]
+    assert racks["standalone-bookie-d"]["rack"] == "/zone-a/ud3"
+    client = official_client(broker)
+    try:
+        for topic in topics_on_each_worker(broker, client, "four-bookies").values():
+            consumer = client.subscribe(topic, "s")
+            producer = client.create_producer(topic, batching_enabled=True)
+            for i in range(100):
+                producer.send_async(b"%d" % i, None)
+            producer.flush()
+            producer.close()
+            assert [consumer.receive(30_000).data() for _ in range(100)] == [b"%d" % i for i in range(100)]
+            consumer.close()
+    finally:
+        client.close()
