@@ -72,11 +72,11 @@ class Standalone:
 
     @classmethod
     async def start(cls, data_dir: Path, config: BrokerConfig, bookie_port: int,
-                    bookie_http_port: int = 0, bookies: int = DEFAULT_BOOKIES) -> "Standalone":
+                    bookie_http_port: int = 0, bookie_count: int = DEFAULT_BOOKIES) -> "Standalone":
         """Raises ValueError for a bookie count the config's ensemble size cannot use, OSError when a port is taken
         (a bookie's HTTP port included: it never moves silently, since Prometheus scrape configs name it),
         StorageError or BrokerError when a part cannot start."""
-        check_bookie_count(bookies, config)
+        check_bookie_count(bookie_count, config)
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         config = standalone_broker_config(config)
@@ -84,7 +84,7 @@ class Standalone:
         bookies: list[BookieService] = []
         try:
             for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host,
-                                                           bookie_http_port, bookies):
+                                                           bookie_http_port, bookie_count):
                 bookies.append(await BookieService.start(bookie_config, store=store))
             broker = await BrokerService.start(config, store=store)
         except BaseException:

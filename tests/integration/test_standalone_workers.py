@@ -295,9 +295,9 @@ def test_one_scrape_of_the_advertised_metrics_covers_the_topics_of_every_worker(
     assert set(series["magnetar_stats_samples_total"]) == {(("worker", str(i)),) for i in range(WORKERS)}
 
 
-def test_four_bookies_register_and_serve_produce_and_consume(workers_standalone):
+def test_four_bookies_register_and_serve_produce_and_consume_in_either_mode(workers_standalone, tmp_path):
     """``--bookies 4``: four bookie processes (ids a..d, zones a, b, c, a), all registered; ledgers of E2 are placed
-    on them and the official client's messages come back."""
+    on them and the official client's messages come back, then again from ``--single-process --bookies 4``."""
     from storage.testing.processes import free_port_block
 
     broker = workers_standalone(bookie_port=free_port_block(4), extra_args=["--bookies", "4"])
@@ -310,7 +310,8 @@ def test_four_bookies_register_and_serve_produce_and_consume(workers_standalone)
     assert racks["standalone-bookie-d"]["rack"] == "/zone-a/ud3"
     client = official_client(broker)
     try:
-        for topic in topics_on_each_worker(broker, client, "four-bookies").values():
+        topics = list(topics_on_each_worker(broker, client, "four-bookies").values())
+        for topic in topics:
             consumer = client.subscribe(topic, "s")
             producer = client.create_producer(topic, batching_enabled=True)
             for i in range(100):
@@ -319,5 +320,18 @@ def test_four_bookies_register_and_serve_produce_and_consume(workers_standalone)
             producer.close()
             assert [consumer.receive(30_000).data() for _ in range(100)] == [b"%d" % i for i in range(100)]
             consumer.close()
+    finally:
+        client.close()
+    assert broker.stop(timeout_s=60) == 0
+
+    single = workers_standalone(tmp_path / "data", workers=None, bookie_port=free_port_block(4),
+                                extra_args=["--bookies", "4"])
+    assert single.log_since_start().count(" serving (bookie://") == 4
+    client = official_client(single)
+    try:
+        for topic in topics:
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            assert [reader.read_next(30_000).data() for _ in range(100)] == [b"%d" % i for i in range(100)]
+            reader.close()
     finally:
         client.close()
