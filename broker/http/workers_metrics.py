@@ -43,62 +43,110 @@ class ExpositionError(ValueError):
     """A worker's answer is not Prometheus text as the brokers write it."""
 
 
-Parsed = tuple[dict[str, list[str]], list[tuple[str, float]]]  # name -> [help, type]; (series key, value)
+TOPIC_FAMILY = "pulsar_storage_size"  # written for every loaded topic: its series name a worker's topics
 
 
-def parse_exposition(text: bytes) -> Parsed:
-    """The families (help, type) and samples of Prometheus text as the brokers write it. Raises ExpositionError
-    for a line that is neither a comment nor a sample."""
-    docs: dict[str, list[str]] = {}
-    samples: list[tuple[str, float]] = []
-    for line in text.decode(errors="replace").splitlines():
-        if line.startswith("#"):
-            _comment(docs, line)
-        elif line:
-            samples.append(_sample(line))
-    return docs, samples
+class Family:
+    """One family of an exposition: its HELP and TYPE, and its sample lines as written."""
+
+    __slots__ = ("doc", "kind", "samples")
+
+    def __init__(self, doc: str = "", kind: str = "untyped", samples: str = ""):
+        self.doc, self.kind, self.samples = doc, kind, samples
+
+    @property
+    def per_topic(self) -> bool:
+        return 'topic="' in self.samples[:self.samples.find("\n")]
 
 
-def merge_expositions(parts: Sequence[tuple[str, Parsed | None]]) -> bytes:
+def parse_exposition(text: bytes) -> dict[str, Family]:
+    """The families of Prometheus text as the brokers write it (``# HELP``, ``# TYPE``, then the family's samples),
+    by name. Raises ExpositionError for a sample line outside a family."""
+    families: dict[str, Family] = {}
+    current: Family | None = None
+    for block in text.decode(errors="replace").split("\n# "):
+        head, _, rest = block.lstrip("# ").partition("\n")
+        parts = head.split(" ", 2)
+        if len(parts) >= 2 and parts[0] in ("HELP", "TYPE"):
+            family = families.get(parts[1])
+            if family is None:
+                family = families[parts[1]] = Family()
+            if parts[0] == "HELP":
+                family.doc = parts[2] if len(parts) > 2 else ""
+            else:
+                family.kind = parts[2] if len(parts) > 2 else "untyped"
+            current = family
+        elif head.strip():
+            raise ExpositionError(f"not a family header: {head[:200]!r}")
+        if rest.strip():
+            if current is None:
+                raise ExpositionError(f"samples before any family: {rest[:200]!r}")
+            current.samples += rest if rest.endswith("\n") else rest + "\n"
+    return families
+
+
+def merge_expositions(parts: Sequence[tuple[str, dict[str, Family] | None]]) -> bytes:
     """The expositions of several workers as one: ``parts`` is (worker label, its parsed text or None if it did not
-    answer), worker 0 first."""
-    families: dict[str, list] = {}  # name -> [help, type, {series key: value}]
-    for worker, parsed in parts:
-        if parsed is None:
+    answer), worker 0 first. Raises ExpositionError for a sample line that is not one.
+
+    Topics are served by one worker each, so a worker's per-topic families are copied as written -- most of a
+    scrape, and the cheap part. Only when two workers report the same topic (a hand-off in progress) is every
+    family merged series by series, so the answer never holds a duplicate series, which Prometheus refuses."""
+    answered = [(worker, families) for worker, families in parts if families is not None]
+    disjoint = _topics_disjoint([families for _, families in answered])
+    names: dict[str, Family] = {}
+    for _, families in answered:
+        for name, family in families.items():
+            names.setdefault(name, Family(family.doc, family.kind))
+    out = []
+    for name, merged in names.items():
+        blocks = [(worker, families[name]) for worker, families in answered if name in families]
+        if disjoint and name not in PER_WORKER_FAMILIES and any(f.per_topic for _, f in blocks):
+            samples = "".join(f.samples for _, f in blocks)
+        else:
+            samples = "".join(f"{key} {sample_value(value)}\n" for key, value in _merge_series(name, blocks).items())
+        if samples:
+            out.append(f"# HELP {name} {merged.doc}\n# TYPE {name} {merged.kind}\n{samples}")
+    up = "".join(f"{UP_FAMILY}{label_text(['worker'], [worker])} {1.0 if families is not None else 0.0}\n"
+                 for worker, families in parts)
+    out.append(f"# HELP {UP_FAMILY} 1 if this worker's metrics are in this scrape, 0 if it did not answer\n"
+               f"# TYPE {UP_FAMILY} gauge\n{up}")
+    return "".join(out).encode()
+
+
+def _topics_disjoint(expositions: list[dict[str, Family]]) -> bool:
+    """Whether no topic is in two workers' expositions. A worker with per-topic series but no TOPIC_FAMILY to tell
+    its topics by counts as overlapping: the series-by-series merge is right in every case."""
+    seen: set[str] = set()
+    for families in expositions:
+        family = families.get(TOPIC_FAMILY)
+        if family is None:
+            if any(f.per_topic for f in families.values()):
+                return False
             continue
-        docs, samples = parsed
-        for name, (doc, kind) in docs.items():
-            families.setdefault(name, [doc, kind, {}])
-        for key, value in samples:
-            name = key.split("{", 1)[0]
-            family = families.setdefault(name, ["", "untyped", {}])
+        topics = {line.rpartition(" ")[0] for line in family.samples.splitlines()}
+        if seen & topics:
+            return False
+        seen |= topics
+    return True
+
+
+def _merge_series(name: str, blocks: list[tuple[str, Family]]) -> dict[str, float]:
+    """One family's series over the workers: summed by labels, a maximum for MAX_FAMILIES, a ``worker`` label for
+    PER_WORKER_FAMILIES."""
+    series: dict[str, float] = {}
+    for worker, family in blocks:
+        for line in family.samples.splitlines():
+            key, value = _sample(line)
             if name in PER_WORKER_FAMILIES:
                 key = _with_label(key, "worker", worker)
-            series = family[2]
             if key not in series:
                 series[key] = value
             elif name in MAX_FAMILIES:
                 series[key] = max(series[key], value)
             else:
                 series[key] += value
-    families[UP_FAMILY] = ["1 if this worker's metrics are in this scrape, 0 if it did not answer", "gauge",
-                           {UP_FAMILY + label_text(["worker"], [worker]): 0.0 if parsed is None else 1.0
-                            for worker, parsed in parts}]
-    out = []
-    for name, (doc, kind, series) in families.items():
-        if not series:
-            continue
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-        out.extend(f"{key} {sample_value(value)}\n" for key, value in series.items())
-    return "".join(out).encode()
-
-
-def _comment(docs: dict[str, list[str]], line: str) -> None:
-    parts = line.split(" ", 3)
-    if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
-        return  # any other comment carries nothing
-    doc = docs.setdefault(parts[2], ["", "untyped"])
-    doc[0 if parts[1] == "HELP" else 1] = parts[3] if len(parts) > 3 else ""
+    return series
 
 
 def _sample(line: str) -> tuple[str, float]:
@@ -128,7 +176,7 @@ async def merged_metrics(own: bytes, worker_urls: Sequence[str], authorization: 
                                                              for i, text in enumerate(answers, start=1))])
 
 
-def _parsed(text: bytes | None) -> Parsed | None:
+def _parsed(text: bytes | None) -> dict[str, Family] | None:
     """A sibling's answer parsed; one that is not Prometheus text counts as no answer (its ``up`` is 0)."""
     if text is None:
         return None

@@ -18,6 +18,7 @@ def exposition(topics: dict[str, float], connections: int, max_buffer: int, samp
     for topic, rate in topics.items():
         lt = label_text(TOPIC, ["standalone", "public/default", topic])
         g.add("pulsar_rate_in", "messages/s published", lt, rate)
+        g.add("pulsar_storage_size", "bytes stored", lt, 100)  # as the broker writes for every topic
         g.add("pulsar_subscription_back_log", "entries",
               label_text(TOPIC + ["subscription"], ["standalone", "public/default", topic, subscription]), 5)
         g.add("pulsar_in_messages_total", "messages published", lt, rate * 10, kind="counter")
@@ -102,3 +103,22 @@ def test_one_worker_alone_reads_back_as_its_own_exposition_plus_its_up():
 def test_text_that_is_not_an_exposition_is_refused(text):
     with pytest.raises(ExpositionError):
         parse_exposition(text)
+
+
+def test_without_the_family_that_names_a_workers_topics_every_series_is_merged_one_by_one():
+    def topic_only(rate: float) -> bytes:
+        g = _Families()
+        g.add("pulsar_rate_in", "messages/s", label_text(TOPIC, ["standalone", "public/default", "t0"]), rate)
+        return g.render()
+
+    assert merged(topic_only(1.0), topic_only(2.0))["pulsar_rate_in"] == {topic_key("t0"): 3.0}
+
+
+@pytest.mark.parametrize("text", [b"# HELP x doc\n# TYPE x gauge\nx 1.0\n", b"", b"# HELP x doc\n"])
+def test_well_formed_texts_parse(text):
+    assert set(parse_exposition(text)) <= {"x"}
+
+
+def test_samples_outside_a_family_are_refused():
+    with pytest.raises(ExpositionError):
+        parse_exposition(b"x 1.0\n")
