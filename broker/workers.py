@@ -122,7 +122,7 @@ def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port:
             return None if port is None else pick_port()
         plans.append(dataclasses.replace(
             config, metadata_store_url=metadata_url, port=own(config.port), http_port=own(config.http_port),
-            tls_port=own(config.tls_port), https_port=own(config.https_port), stream_port=None))
+            tls_port=own(config.tls_port), https_port=own(config.https_port), stream_port=None, metrics_worker_urls=()))
     if count > 1:  # the advertised /metrics is worker 0's: it merges the others' (broker/http/workers_metrics.py)
         plans[0] = dataclasses.replace(plans[0], metrics_worker_urls=tuple(
             url for p in plans[1:] if (url := p.web_service_url or p.web_service_url_tls)))

@@ -29,6 +29,7 @@ from typing import Sequence
 
 import aiohttp
 
+from broker.errors import BrokerError
 from broker.http.metrics import label_text, sample_value
 from broker.ownership.non_persistent_listing import broker_client_headers
 
@@ -37,13 +38,11 @@ MAX_WORKER_ANSWER_BYTES = 256 * 1024 * 1024  # ~60,000 topics' worth of series o
 MAX_FAMILIES = frozenset({"pulsar_connection_write_buffer_max_bytes"})
 PER_WORKER_FAMILIES = frozenset({"magnetar_stats_samples_total", "magnetar_stats_window_seconds"})
 UP_FAMILY = "magnetar_worker_up"
-
-
-class ExpositionError(ValueError):
-    """A worker's answer is not Prometheus text as the brokers write it."""
-
-
 TOPIC_FAMILY = "pulsar_storage_size"  # written for every loaded topic: its series name a worker's topics
+
+
+class ExpositionError(BrokerError):
+    """A worker's answer is not Prometheus text as the brokers write it."""
 
 
 class Family:
