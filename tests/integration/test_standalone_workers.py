@@ -293,6 +293,11 @@ def test_one_scrape_of_the_advertised_metrics_covers_the_topics_of_every_worker(
     topics_seen = {dict(k)["topic"] for k in series["pulsar_storage_size"]}
     assert series["pulsar_topics_count"][()] == len(topics_seen) >= len(sent)  # the host's topics, summed
     assert set(series["magnetar_stats_samples_total"]) == {(("worker", str(i)),) for i in range(WORKERS)}
+    # The Grafana dashboard's broker metrics are all in the merged scrape.
+    from tests.official_client.test_metrics import DASHBOARD, dashboard_queries, promql_metric_names
+
+    used = set().union(*map(promql_metric_names, dashboard_queries(json.loads(DASHBOARD.read_text()))))
+    assert sorted(n for n in used if n.startswith("pulsar_") and n not in series) == []
 
 
 def test_four_bookies_register_and_serve_produce_and_consume_in_either_mode(workers_standalone, tmp_path):
