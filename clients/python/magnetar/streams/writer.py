@@ -105,8 +105,9 @@ class StreamWriter:
                     return
                 if response.WhichOneof("kind") == "ended":
                     ended = response.ended
+                    # (A code this client does not know leaves the answer to the status.)
                     if (error := error_of(ended.code, ended.message, ended.redirect)) is not None:
-                        self._fail(error)  # a code this client does not know: the status decides, below
+                        self._fail(error)
                     # The broker sends the status once this half-close reaches it, so no write of ours is in flight
                     # when it arrives; reading on collects that status.
                     await self._half_close()
