@@ -7,8 +7,12 @@ Writes are one bidirectional stream per writer: the first request opens the
 writer (fencing the previous one), each later request is one append; up to
 ``MAX_APPENDS_IN_FLIGHT`` appends are pipelined to the bookies and answered in
 order, and beyond that the server stops reading the writer's requests (HTTP/2
-flow control pushes back). Reads are a server stream of record batches that
-never ends by itself: a reader at the end waits for the next append.
+flow control pushes back). An error that ends an open write stream goes to a
+client that asked (``magnetar-end-notice``) in-band first, and the status only
+after its half-close: grpcio's aio client reports its own INTERNAL instead of
+the status when one of its writes is in flight as the call ends. Reads are a
+server stream of record batches that never ends by itself: a reader at the
+end waits for the next append.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from broker.streams.service import StreamService
 from broker.streams.stream import DEFAULT_RECORDS_PER_BATCH, MAX_RECORDS_PER_BATCH, StreamPosition
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams import stream_api_pb2_grpc as pb_grpc
-from magnetar.streams.errors import AUTHORITATIVE_KEY, START_KEY, trailing_metadata
+from magnetar.streams.errors import AUTHORITATIVE_KEY, END_NOTICE_KEY, START_KEY, trailing_metadata
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 MAX_APPENDS_IN_FLIGHT = 1000  # per writer
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a gRPC message: an append of a max-size entry, or a read batch, fits
 MAX_CONCURRENT_RPCS = 10_000  # writers, readers and calls at once; beyond it RESOURCE_EXHAUSTED (TooManyRequests)
+END_NOTICE_DRAIN_S = 5.0  # how long a write stream that sent its `ended` notice waits for the client's half-close
 
 
 def _position(p: StreamPosition | None) -> pb.Position | None:
@@ -60,6 +65,10 @@ async def _abort(context, exc: BaseException):
 
 def _authoritative(context) -> bool:
     return any(k == AUTHORITATIVE_KEY and v == "true" for k, v in (context.invocation_metadata() or ()))
+
+
+def _wants_end_notice(context) -> bool:
+    return any(k == END_NOTICE_KEY and v == "true" for k, v in (context.invocation_metadata() or ()))
 
 
 class StreamServicer(pb_grpc.StreamServiceServicer):
@@ -167,6 +176,7 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
 
     async def Write(self, request_iterator, context):
         pump = None
+        ending = asyncio.Event()  # set once the stream has failed: the pump then appends nothing more
         try:
             role = await self.security.role(context)  # before reading anything the caller sends
             first = await anext(request_iterator, None)
@@ -179,7 +189,7 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
             yield pb.WriteResponse(opened=pb.WriterOpened(writer_epoch=epoch, next_sequence=stream.next_sequence,
                                                           next_position=_position(stream.next_position())))
             pending: asyncio.Queue = asyncio.Queue(MAX_APPENDS_IN_FLIGHT)
-            pump = asyncio.ensure_future(self._pump(request_iterator, stream, epoch, pending))
+            pump = asyncio.ensure_future(self._pump(request_iterator, stream, epoch, pending, ending))
             while True:
                 item = await pending.get()
                 if item is None:
@@ -196,26 +206,46 @@ class StreamServicer(pb_grpc.StreamServiceServicer):
         except Exception as exc:  # noqa: BLE001 -- the boundary
             if isinstance(exc, grpc.aio.AbortError):
                 raise
+            if pump is not None and _wants_end_notice(context):
+                # The client pipelines appends: a status that reaches it while one of its writes is in flight is
+                # replaced by grpcio's own INTERNAL ("Internal error from Core"), so the client learns of the error
+                # in-band, stops writing and half-closes, and the status goes out after that (or after a bound).
+                ending.set()
+                while not pending.empty():  # a pump blocked on a full queue goes on to read (and drop) requests
+                    pending.get_nowait()
+                error = _stream_error(exc)
+                yield pb.WriteResponse(ended=pb.WriteEnded(code=error.code_name, message=str(error),
+                                                           redirect=getattr(error, "redirect", None) or ""))
+                await asyncio.wait([pump], timeout=END_NOTICE_DRAIN_S)
             await _abort(context, exc)
         finally:
             if pump is not None:
                 pump.cancel()
 
     @staticmethod
-    async def _pump(request_iterator, stream, epoch: int, pending: asyncio.Queue) -> None:
+    async def _pump(request_iterator, stream, epoch: int, pending: asyncio.Queue, ending: asyncio.Event) -> None:
         try:
             async for request in request_iterator:
-                if request.WhichOneof("kind") != "append":
-                    raise invalid("only appends follow the open request of a write stream")
-                future, first_sequence = stream.append(epoch, list(request.append.records))
+                if ending.is_set():
+                    continue  # the stream failed: read on to the client's half-close, appending nothing
+                try:
+                    if request.WhichOneof("kind") != "append":
+                        raise invalid("only appends follow the open request of a write stream")
+                    future, first_sequence = stream.append(epoch, list(request.append.records))
+                except Exception as exc:  # noqa: BLE001 -- handed to the responder, which ends the RPC with it
+                    ending.set()
+                    await pending.put(exc)
+                    continue
                 future.add_done_callback(_consume)
                 await pending.put((request.append.request_id, future, first_sequence, len(request.append.records)))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 -- handed to the responder, which ends the RPC with it
-            await pending.put(exc)
+        except Exception as exc:  # noqa: BLE001 -- the request stream itself broke: handed to the responder
+            if not ending.is_set():
+                await pending.put(exc)
         else:
-            await pending.put(None)
+            if not ending.is_set():
+                await pending.put(None)
 
     # ---- reads -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ ERROR_KEY = "magnetar-error"
 REDIRECT_KEY = "magnetar-redirect"
 AUTHORITATIVE_KEY = "magnetar-authoritative"  # sent by a client that followed a redirect: take the stream
 START_KEY = "magnetar-start"  # a read's initial metadata: the position its start resolved to, "ledger:entry:slot"
+END_NOTICE_KEY = "magnetar-end-notice"  # a write's call metadata: "true" asks for the in-band `ended` response
 
 CODES: dict[str, type["StreamError"]] = {}
 
@@ -129,16 +130,21 @@ def trailing_metadata(error) -> tuple[tuple[str, str], ...]:
     return tuple(items)
 
 
+def error_of(code_name: str, details: str, redirect: str | None = None) -> StreamError | None:
+    """The error a ``magnetar-error`` code names (None for a code this table does not know)."""
+    cls = CODES.get(code_name)
+    if cls is NotOwner:
+        return NotOwner(details, redirect or None)
+    return None if cls is None else cls(details)
+
+
 def from_rpc_error(exc: grpc.RpcError) -> StreamError:
     """The StreamError an RPC ended with (StreamUnavailable for transport failures and unknown codes)."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or str(code)
     metadata = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
-    cls = CODES.get(metadata.get(ERROR_KEY, ""))
-    if cls is NotOwner:
-        return NotOwner(details, metadata.get(REDIRECT_KEY))
-    if cls is not None:
-        return cls(details)
+    if (error := error_of(metadata.get(ERROR_KEY, ""), details, metadata.get(REDIRECT_KEY))) is not None:
+        return error
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return StreamUnavailable(f"{code.name}: {details}")
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -5,7 +5,11 @@ bookies, a record set for a batch) without waiting for earlier ones, so
 concurrent appends are pipelined; their answers come back in order and
 resolve the callers' futures in order. Once the RPC ends with an error
 (WriterFenced when another writer opened the stream; StreamUnavailable when
-the broker went away) every pending and later append raises it.
+the broker went away) every pending and later append raises it. The writer
+asks the broker to name that error in-band (an ``ended`` response) before the
+status, and then stops writing and half-closes: grpcio's aio client replaces
+the status of a call that ends while one of its writes is in flight by its own
+INTERNAL "Internal error from Core", which would lose the error's class.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import grpc
 
 from magnetar.streams import stream_api_pb2 as pb
 from magnetar.streams.client import Position, records_of
-from magnetar.streams.errors import StreamError, StreamUnavailable, from_rpc_error
+from magnetar.streams.errors import END_NOTICE_KEY, StreamError, StreamUnavailable, error_of, from_rpc_error
 
 MAX_PENDING_APPENDS = 1000  # the server pipelines as many; more wait here
 
@@ -42,7 +46,7 @@ class StreamWriter:
         writer = cls(client, namespace, name)
 
         async def attempt(stub, metadata):
-            call = stub.Write(metadata=metadata)
+            call = stub.Write(metadata=metadata + ((END_NOTICE_KEY, "true"),))
             try:
                 await call.write(pb.WriteRequest(open=pb.StreamRequest(namespace=namespace, stream=name)))
                 first = await call.read()
@@ -71,17 +75,22 @@ class StreamWriter:
             if self._error is not None:
                 raise self._error
             future = asyncio.get_running_loop().create_future()
+            refused = None
             async with self._write_lock:
+                if self._error is not None:  # ended while this append waited for the lock: it must not write
+                    raise self._error
                 self._request_id += 1
                 self._pending.append((self._request_id, future))
                 try:
                     await self._call.write(pb.WriteRequest(append=pb.AppendRequest(request_id=self._request_id,
                                                                                    records=records)))
                 except (grpc.RpcError, asyncio.InvalidStateError) as exc:
-                    # The broker ended the stream: the status it ended with (WriterFenced, ...) is the answer,
-                    # and the response reader is about to see it.
-                    await asyncio.wait([self._responses], timeout=self.client.timeout_s)
-                    self._fail(StreamUnavailable(f"the write stream is closed: {type(exc).__name__}"))
+                    refused = exc
+            if refused is not None:
+                # The broker ended the stream: the error it named (WriterFenced, ...) is the answer, and the
+                # response reader is about to see it (outside the lock: the reader may need it to half-close).
+                await asyncio.wait([self._responses], timeout=self.client.timeout_s)
+                self._fail(StreamUnavailable(f"the write stream is closed: {type(refused).__name__}"))
             first, count = await future
         finally:
             self._slots.release()
@@ -94,6 +103,15 @@ class StreamWriter:
                 if response is grpc.aio.EOF:
                     self._fail(StreamUnavailable(f"the broker ended the write stream of {self.namespace}/{self.name}"))
                     return
+                if response.WhichOneof("kind") == "ended":
+                    ended = response.ended
+                    # (A code this client does not know leaves the answer to the status.)
+                    if (error := error_of(ended.code, ended.message, ended.redirect)) is not None:
+                        self._fail(error)
+                    # The broker sends the status once this half-close reaches it, so no write of ours is in flight
+                    # when it arrives; reading on collects that status.
+                    await self._half_close()
+                    continue
                 appended = response.appended
                 request_id, future = self._pending.popleft()
                 if not future.done():
@@ -113,14 +131,17 @@ class StreamWriter:
             if not future.done():
                 future.set_exception(self._error)
 
+    async def _half_close(self) -> None:
+        try:
+            async with self._write_lock:
+                await self._call.done_writing()
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass
+
     async def close(self) -> None:
         """Stop writing (appends already answered stay; pending ones fail)."""
         if self._call is not None:
-            try:
-                async with self._write_lock:
-                    await self._call.done_writing()
-            except (grpc.RpcError, asyncio.InvalidStateError):
-                pass
+            await self._half_close()
             self._call.cancel()
         if self._responses is not None:
             self._responses.cancel()
