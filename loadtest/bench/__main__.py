@@ -10,7 +10,8 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``streams`` (the Stream API over gRPC beside the same work through the Pulsar protocol);
 ``cores`` (the multi-process standalone: 1 broker worker beside one per core, produce and catch-up);
 ``all`` runs every suite, and ``all --report docs/`` writes
-docs/BENCHMARKS.md with its charts.
+docs/BENCHMARKS.md with its charts (the Nemesis section, from its own long run, is carried over from the page
+it replaces, or rendered from ``--nemesis-result results/nemesis-SEED/result.json``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import importlib
 import json
 import sys
 import tempfile
+from pathlib import Path
 
 from loadtest.bench.report import write_json
 
@@ -47,11 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON output path (default results/bench-<suite>.json)")
     parser.add_argument("--report", default=None, metavar="DIR",
                         help="with `all`: write DIR/BENCHMARKS.md and its PNG charts from the results")
+    parser.add_argument("--nemesis-result", default=None, metavar="PATH",
+                        help="with --report: the Nemesis section from this `python -m loadtest.nemesis` result.json "
+                             "(default: carried over from the page being replaced)")
     parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
                         help="with `all`: run only these suites (the report covers what ran)")
     args = parser.parse_args(argv)
     if (args.report or args.only) and args.suite != "all":
         parser.error("--report and --only need the `all` suite")
+    if args.nemesis_result and not args.report:
+        parser.error("--nemesis-result needs --report")
+    nemesis = json.loads(Path(args.nemesis_result).read_text()) if args.nemesis_result else None
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
     if args.only:
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         from loadtest.bench.markdown import write_report
 
         command = "python -m loadtest.bench all" + (" --quick" if args.quick else "") + f" --report {args.report}"
-        report = write_report(json.loads(path.read_text()), args.report, command)
+        report = write_report(json.loads(path.read_text()), args.report, command, nemesis_result=nemesis)
         print(f"report written to {report}")
     failed = [name for name, r in results.items() if isinstance(r, dict) and "error" in r] if args.suite == "all" else []
     if failed:
