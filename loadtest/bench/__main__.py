@@ -12,6 +12,12 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``all`` runs every suite, and ``all --report docs/`` writes
 docs/BENCHMARKS.md with its charts (the Nemesis section, from its own long run, is carried over from the page
 it replaces, or rendered from ``--nemesis-result results/nemesis-SEED/result.json``).
+
+A full ``all`` takes about 20-27 minutes on a quiet 2-core machine, most of it in cores (5-7 min, 3 rounds of
+three deployments), the broker suite (10,000 idle topics take 2-5 of its 3.5-6.5 min), peers (about 3 min, most of
+it the RabbitMQ quorum queue's 400,000 confirms) and hostile (about 3 min of attack and quiet windows).
+``--rounds N`` sets the rounds of the suites that repeat their phases (``ROUNDS_SUITES``); every round measures its
+own reference, so fewer rounds widen the spread without weakening a comparison.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ SUITES["compaction"] = ("loadtest.bench.compaction", None)
 SUITES["streams"] = ("loadtest.bench.streams", None)
 SUITES["cores"] = ("loadtest.bench.cores", None)
 SUITES["all"] = ("loadtest.bench.all", None)
+ROUNDS_SUITES = ("ledger", "client", "tls", "compaction", "cores")  # run() takes ``rounds``
+MAX_ROUNDS = 20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,11 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nemesis-result", default=None, metavar="PATH",
                         help="with --report: the Nemesis section from this `python -m loadtest.nemesis` result.json "
                              "(default: carried over from the page being replaced)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help=f"rounds for the suites that repeat their phases ({', '.join(ROUNDS_SUITES)}; "
+                             f"1..{MAX_ROUNDS}); each round measures its own reference, so fewer rounds mean a wider "
+                             "spread, not a weaker comparison")
     parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
                         help="with `all`: run only these suites (the report covers what ran)")
     args = parser.parse_args(argv)
     if (args.report or args.only) and args.suite != "all":
         parser.error("--report and --only need the `all` suite")
+    if args.rounds is not None and not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
+    if args.rounds is not None and args.suite not in ("all", *ROUNDS_SUITES):
+        parser.error(f"--rounds applies to all and to {', '.join(ROUNDS_SUITES)}")
     if args.nemesis_result and not args.report:
         parser.error("--nemesis-result needs --report")
     nemesis = json.loads(Path(args.nemesis_result).read_text()) if args.nemesis_result else None
@@ -64,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = {"only": only} if only else {}
     if args.only:
         kwargs["only"] = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    if args.rounds is not None:
+        kwargs["rounds"] = args.rounds
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
     # Every suite makes its data directories with tempfile: put them all in one scratch directory that goes when
@@ -79,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         from loadtest.bench.markdown import write_report
 
-        command = "python -m loadtest.bench all" + (" --quick" if args.quick else "") + f" --report {args.report}"
+        command = ("python -m loadtest.bench all" + (" --quick" if args.quick else "")
+                   + (f" --rounds {args.rounds}" if args.rounds else "") + f" --report {args.report}")
         report = write_report(json.loads(path.read_text()), args.report, command, nemesis_result=nemesis)
         print(f"report written to {report}")
     failed = [name for name, r in results.items() if isinstance(r, dict) and "error" in r] if args.suite == "all" else []

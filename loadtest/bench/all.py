@@ -8,6 +8,7 @@ the page says how long a run took and what to budget for the next.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import time
 import traceback
@@ -17,7 +18,13 @@ SUITES = ("ledger", "broker", "client", "peers", "failover", "recovery", "spark"
 TIMING = "timing"
 
 
-def run(quick: bool = False, only: tuple[str, ...] = SUITES) -> dict:
+def takes_rounds(module) -> bool:
+    """The suite repeats its phases in rounds (medians over them), and ``--rounds`` may set how many."""
+    return "rounds" in inspect.signature(module.run).parameters
+
+
+def run(quick: bool = False, only: tuple[str, ...] = SUITES, rounds: int | None = None) -> dict:
+    """Every suite in ``only``; ``rounds`` (when set) for each suite that takes rounds, the others as they are."""
     unknown = set(only) - set(SUITES)
     if unknown:
         raise ValueError(f"no such suite in `all`: {', '.join(sorted(unknown))} (suites: {', '.join(SUITES)})")
@@ -26,7 +33,9 @@ def run(quick: bool = False, only: tuple[str, ...] = SUITES) -> dict:
         print(f"\n######## {name} ########", flush=True)
         started, load = time.monotonic(), os.getloadavg()[0]
         try:
-            results[name] = importlib.import_module(f"loadtest.bench.{name}").run(quick=quick)
+            module = importlib.import_module(f"loadtest.bench.{name}")
+            kwargs = {"rounds": rounds} if rounds and takes_rounds(module) else {}
+            results[name] = module.run(quick=quick, **kwargs)
         except Exception as exc:  # one broken suite must not cost the figures of the others
             traceback.print_exc()
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
