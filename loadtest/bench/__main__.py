@@ -11,7 +11,7 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``cores`` (the multi-process standalone: 1 broker worker beside one per core, produce and catch-up);
 ``all`` runs every suite, and ``all --report docs/`` writes
 docs/BENCHMARKS.md with its charts (the Nemesis section, from its own long run, is carried over from the page
-it replaces, or rendered from ``--nemesis-result results/nemesis-SEED/result.json``).
+it replaces; ``python -m loadtest.nemesis --report-from RESULT.json --report docs/`` renders it from a saved result).
 
 A full ``all`` takes about 20-27 minutes on a quiet 2-core machine, most of it in cores (5-7 min, 3 rounds of
 three deployments), the broker suite (10,000 idle topics take 2-5 of its 3.5-6.5 min), peers (about 3 min, most of
@@ -27,7 +27,6 @@ import importlib
 import json
 import sys
 import tempfile
-from pathlib import Path
 
 from loadtest.bench.report import write_json
 
@@ -57,9 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON output path (default results/bench-<suite>.json)")
     parser.add_argument("--report", default=None, metavar="DIR",
                         help="with `all`: write DIR/BENCHMARKS.md and its PNG charts from the results")
-    parser.add_argument("--nemesis-result", default=None, metavar="PATH",
-                        help="with --report: the Nemesis section from this `python -m loadtest.nemesis` result.json "
-                             "(default: carried over from the page being replaced)")
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
                         help=f"rounds for the suites that repeat their phases ({', '.join(ROUNDS_SUITES)}; "
                              f"1..{MAX_ROUNDS}); each round measures its own reference, so fewer rounds mean a wider "
@@ -73,9 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
     if args.rounds is not None and args.suite not in ("all", *ROUNDS_SUITES):
         parser.error(f"--rounds applies to all and to {', '.join(ROUNDS_SUITES)}")
-    if args.nemesis_result and not args.report:
-        parser.error("--nemesis-result needs --report")
-    nemesis = json.loads(Path(args.nemesis_result).read_text()) if args.nemesis_result else None
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
     if args.only:
@@ -99,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
         command = ("python -m loadtest.bench all" + (" --quick" if args.quick else "")
                    + (f" --rounds {args.rounds}" if args.rounds else "") + f" --report {args.report}")
-        report = write_report(json.loads(path.read_text()), args.report, command, nemesis_result=nemesis)
+        report = write_report(json.loads(path.read_text()), args.report, command)
         print(f"report written to {report}")
     failed = [name for name, r in results.items() if isinstance(r, dict) and "error" in r] if args.suite == "all" else []
     if failed:

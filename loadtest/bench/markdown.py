@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from loadtest.bench import explanations as explain
-from loadtest.nemesis.markdown import existing_section, run_time, section as nemesis_section
+from loadtest.bench.page import NEMESIS_HEADING, existing_section, run_time
 
 CHART_SIZES = "bench-throughput-by-size.png"
 CHART_CDF = "bench-latency-cdf.png"
@@ -549,23 +549,21 @@ NOTES = [
 ]
 
 
-def _nemesis_note(kept: list[str] | None, from_result: bool) -> list[str]:
+def _nemesis_note(kept: list[str] | None) -> list[str]:
     if not kept:
         return ["No nemesis run on this page yet: `python -m loadtest.nemesis --report docs/` adds its section.", ""]
-    when = run_time(kept) or "a time its section states"
-    source = ("rendered from the saved result given to `--nemesis-result`" if from_result else
-              "carried over unchanged from the page this one replaced")
     return [f"The Nemesis section is not part of `all`: it comes from its own long run of `python -m loadtest.nemesis` "
-            f"at {when}, {source}.", ""]
+            f"at {run_time(kept) or 'the time its section states'}, carried over unchanged from the page this one "
+            "replaced (`python -m loadtest.nemesis --report-from RESULT.json --report docs/` renders it again from a "
+            "saved result).", ""]
 
 
-def write_report(doc: dict, directory: str | Path, command: str, nemesis_result: dict | None = None) -> Path:
-    """Write DIRECTORY/BENCHMARKS.md and its charts. The Nemesis section comes from ``nemesis_result`` (a
-    ``python -m loadtest.nemesis`` result.json) when given, else from the page being replaced, if it has one."""
+def write_report(doc: dict, directory: str | Path, command: str) -> Path:
+    """Write DIRECTORY/BENCHMARKS.md and its charts, keeping the Nemesis section of the page it replaces."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "BENCHMARKS.md"
-    nemesis = nemesis_section(nemesis_result) if nemesis_result else existing_section(path)
+    nemesis = existing_section(path, NEMESIS_HEADING)
     r = doc["results"]
     _charts(r, directory)
     errors = [f"- `{name}` failed: {res['error']}" for name, res in r.items() if isinstance(res, dict) and "error" in res]
@@ -575,7 +573,7 @@ def write_report(doc: dict, directory: str | Path, command: str, nemesis_result:
              "`--out` (default `results/bench-all.json`, not committed). The Machine table says how long each suite "
              "ran; `--rounds N` runs N rounds of the suites that repeat their phases (the ledger's steady run, "
              "client, TLS, compaction, cores), each round with its own reference, for a shorter full run.", "",
-             *_nemesis_note(nemesis, nemesis_result is not None),
+             *_nemesis_note(nemesis),
              *(["Suites that failed in this run:", "", *errors, ""] if errors else []),
              *_machine(doc), *_targets(r),
              *_ledger(r.get("ledger", {})), *explain.ledger(r.get("ledger", {})),

@@ -2,20 +2,18 @@
 
 The section is replaced in place (from its heading to the next ``## `` heading), so the rest of the page, which
 ``python -m loadtest.bench all --report`` writes, stays as it is; it is appended when the page has none. The other
-way round, ``bench all --report`` carries the section over from the page it replaces (``existing_section``),
-because a nemesis run is long and separate from ``all``.
+way round, ``bench all --report`` carries the section over from the page it replaces (loadtest/bench/page.py),
+because a nemesis run is long and separate from ``all``; ``--report-from RESULT`` renders it from a saved result.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
+from loadtest.bench.page import NEMESIS_HEADING as HEADING, section_bounds
 from loadtest.nemesis.checker import COUNTS, VIOLATIONS
 
-HEADING = "## Nemesis"
-RUN_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 LABELS = {
     "lost": "acknowledged, then lost", "phantom": "phantoms (read, never sent)",
     "failed_but_read": "definitely failed, yet read", "order": "per-producer order violations (final reads)",
@@ -62,39 +60,12 @@ def section(result: dict) -> list[str]:
     return lines
 
 
-def _bounds(lines: list[str]) -> tuple[int, int] | None:
-    """Where the section sits in the page's lines: its heading up to the next ``## `` heading."""
-    if HEADING not in lines:
-        return None
-    start = lines.index(HEADING)
-    return start, next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-
-
-def existing_section(path: str | Path) -> list[str] | None:
-    """The section as the page at ``path`` has it, so a regenerated page can carry it over; None if it has none."""
-    path = Path(path)
-    lines = path.read_text().rstrip("\n").split("\n") if path.exists() else []
-    bounds = _bounds(lines)
-    if bounds is None:
-        return None
-    section_lines = lines[bounds[0]:bounds[1]]
-    while section_lines and not section_lines[-1].strip():
-        section_lines.pop()
-    return [*section_lines, ""]
-
-
-def run_time(section_lines: list[str]) -> str | None:
-    """When the run the section reports happened (its result's machine time), as the section states it."""
-    found = RUN_TIME.search("\n".join(section_lines))
-    return found.group(0) if found else None
-
-
 def write_section(result: dict, directory: str | Path) -> Path:
     path = Path(directory) / "BENCHMARKS.md"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     lines = text.rstrip("\n").split("\n")
     new = section(result)
-    bounds = _bounds(lines)
+    bounds = section_bounds(lines, HEADING)
     if bounds:
         lines[bounds[0]:bounds[1]] = new
     else:

@@ -46,7 +46,6 @@ def test_all_passes_rounds_only_to_suites_that_take_them_and_times_each(monkeypa
     (["all", "--rounds", "21"], "--rounds must be 1..20"),
     (["peers", "--rounds", "2"], "--rounds applies to all and to ledger, client, tls, compaction, cores"),
     (["ledger", "--report", "docs/"], "--report and --only need the `all` suite"),
-    (["all", "--nemesis-result", "x.json"], "--nemesis-result needs --report"),
 ])
 def test_bad_options_get_a_specific_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -19,6 +19,7 @@ import pytest
 
 from loadtest.bench import all as bench_all
 from loadtest.bench.markdown import write_report
+from loadtest.nemesis.__main__ import main as nemesis_main
 
 DATA = Path(__file__).parent / "data"
 DOC = json.loads((DATA / "bench-all-complete.json").read_text())
@@ -33,10 +34,10 @@ SECTIONS = {"ledger": "## Ledger store", "broker": "## Broker", "client": "## Th
 HEADINGS = ["## Machine", "## Targets", *SECTIONS.values(), "## Reading these figures", "## Nemesis"]
 
 
-def _page(tmp_path: Path, doc: dict = DOC, previous: Path | None = COMMITTED, **kwargs) -> str:
+def _page(tmp_path: Path, doc: dict = DOC, previous: Path | None = COMMITTED) -> str:
     if previous is not None:
         shutil.copy(previous, tmp_path / "BENCHMARKS.md")
-    return write_report(doc, tmp_path, COMMAND, **kwargs).read_text()
+    return write_report(doc, tmp_path, COMMAND).read_text()
 
 
 def _headings(text: str) -> list[str]:
@@ -149,7 +150,8 @@ def test_without_a_previous_page_the_report_says_no_nemesis_run_yet(tmp_path):
     assert "## Nemesis" not in text and "No nemesis run on this page yet" in text
 
 
-def test_a_saved_nemesis_result_renders_the_section(tmp_path):
+def test_a_saved_nemesis_result_renders_the_section_in_place_and_all_keeps_it(tmp_path):
+    """`python -m loadtest.nemesis --report-from RESULT --report DIR`, then `bench all --report DIR`."""
     result = {"seed": 3, "rounds": 5, "replay": "python -m loadtest.nemesis --seed 3 --rounds 5", "valid": True,
               "cluster": "ZooKeeper, 4 bookies", "duration_s": 42.0, "bookie_budget": 1,
               "machine": {"time": "2026-11-26T01:02:03Z", "cpus": 2}, "faults": {"kill-bookie": 2},
@@ -160,10 +162,19 @@ def test_a_saved_nemesis_result_renders_the_section(tmp_path):
                                                       "acked_redelivered", "fenced_writes", "unknown_stored",
                                                       "unknown_absent")},
               "unavailability_s": {"kill-bookie": {"faults": 2, "p50": 1.0, "p90": 2.0, "max": 2.5}}}
-    text = _page(tmp_path, nemesis_result=result)
-    assert "at 2026-11-26T01:02:03Z, rendered from the saved result" in text
+    shutil.copy(COMMITTED, tmp_path / "BENCHMARKS.md")
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    assert nemesis_main(["--report-from", str(tmp_path / "result.json"), "--report", str(tmp_path)]) == 0
+    text = _page(tmp_path, previous=None)
+    assert "at 2026-11-26T01:02:03Z, carried over unchanged" in text
     assert "Seed 3, 5 rounds, 42 s, 2026-11-26T01:02:03Z" in _section(text, "## Nemesis")
     assert "Seed 8, 100 rounds" not in text  # the committed page's section was replaced, not kept beside it
+
+
+def test_report_from_needs_a_report_directory(capsys):
+    with pytest.raises(SystemExit):
+        nemesis_main(["--report-from", "result.json"])
+    assert "--report-from needs --report DIR" in capsys.readouterr().err
 
 
 def test_the_machine_section_says_how_long_each_suite_ran(tmp_path):
