@@ -40,6 +40,12 @@ def _page(tmp_path: Path, doc: dict = DOC, previous: Path | None = COMMITTED) ->
     return write_report(doc, tmp_path, COMMAND).read_text()
 
 
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    """The page from the fixture over a copy of the committed one (drawn once: the charts take seconds)."""
+    return _page(tmp_path_factory.mktemp("page"))
+
+
 def _headings(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("## ")]
 
@@ -53,25 +59,25 @@ def _targets(text: str) -> dict[str, tuple[str, str]]:
     return {cells[0]: (cells[1], cells[-1]) for cells in rows[2:]}
 
 
-def test_every_suite_of_all_has_a_section_and_the_page_has_every_heading_in_order(tmp_path):
+def test_every_suite_of_all_has_a_section_and_the_page_has_every_heading_in_order(page):
     assert set(SECTIONS) == set(bench_all.SUITES)
-    assert _headings(_page(tmp_path)) == HEADINGS
+    assert _headings(page) == HEADINGS
 
 
-def test_no_section_of_the_committed_page_is_lost(tmp_path):
-    generated = _headings(_page(tmp_path))
+def test_no_section_of_the_committed_page_is_lost(page):
+    generated = _headings(page)
     assert [h for h in _headings(COMMITTED.read_text()) if h not in generated] == []
 
 
-def test_each_suite_section_has_its_reproduce_line(tmp_path):
-    text = _page(tmp_path)
+def test_each_suite_section_has_its_reproduce_line(page):
+    text = page
     for suite, heading in SECTIONS.items():
         assert f"Reproduce: `python -m loadtest.bench {suite}" in _section(text, heading), suite
 
 
-def test_the_targets_of_issues_18_and_24_each_have_a_row_and_a_verdict_from_the_figures(tmp_path):
+def test_the_targets_of_issues_18_and_24_each_have_a_row_and_a_verdict_from_the_figures(page):
     r = DOC["results"]
-    targets = _targets(_page(tmp_path))
+    targets = _targets(page)
     stream = r["peers"]["ratios_by_size"]
     expected = {  # row -> the verdict the fixture's figures call for
         "produce 100 B vs RabbitMQ stream (Magnetar + pulsar-client)": stream["100"]["pulsar_client_to_rabbitmq_stream"] >= 3,
@@ -120,14 +126,14 @@ def test_a_hostile_attack_over_5x_or_1_gib_is_not_met(tmp_path):
     ("## Use every core: broker workers", ["The model for 8 and 16 cores", "bookie processes become the limit",
                                            "disk-bound", "Batches of 10"]),
 ])
-def test_each_section_keeps_the_prose_that_explains_its_figures(tmp_path, heading, phrases):
-    section = _section(_page(tmp_path), heading)
+def test_each_section_keeps_the_prose_that_explains_its_figures(page, heading, phrases):
+    section = _section(page, heading)
     for phrase in phrases:
         assert phrase in section, phrase
 
 
-def test_the_cores_explanation_is_computed_from_the_run(tmp_path):
-    section = _section(_page(tmp_path), "## Use every core: broker workers")
+def test_the_cores_explanation_is_computed_from_the_run(page):
+    section = _section(page, "## Use every core: broker workers")
     cores = DOC["results"]["cores"]
     many = cores[f"{cores['cores']}-workers"]
     assert f"batched produce {many['produce']['ratio_to_1_worker']:.2f}x" in section
@@ -136,10 +142,10 @@ def test_the_cores_explanation_is_computed_from_the_run(tmp_path):
     assert f"once about {crossover:.0f} workers run" in section
 
 
-def test_the_nemesis_section_is_carried_over_unchanged_and_says_when_it_ran(tmp_path):
+def test_the_nemesis_section_is_carried_over_unchanged_and_says_when_it_ran(page):
     committed = COMMITTED.read_text()
     kept = "## Nemesis\n" + committed.split("\n## Nemesis\n", 1)[1]
-    text = _page(tmp_path)
+    text = page
     assert text.endswith(kept)
     when = re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", kept).group(0)
     assert f"its own long run of `python -m loadtest.nemesis` at {when}, carried over unchanged" in text
@@ -177,8 +183,8 @@ def test_report_from_needs_a_report_directory(capsys):
     assert "--report-from needs --report DIR" in capsys.readouterr().err
 
 
-def test_the_machine_section_says_how_long_each_suite_ran(tmp_path):
-    section = _section(_page(tmp_path), "## Machine")
+def test_the_machine_section_says_how_long_each_suite_ran(page):
+    section = _section(page, "## Machine")
     timing = DOC["results"]["timing"]
     total = sum(t["seconds"] for t in timing.values())
     assert f"| run time | {total / 60:.0f} min: ledger {timing['ledger']['seconds']:.0f} s," in section
