@@ -13,9 +13,10 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 docs/BENCHMARKS.md with its charts (the Nemesis section, from its own long run, is carried over from the page
 it replaces; ``python -m loadtest.nemesis --report-from RESULT.json --report docs/`` renders it from a saved result).
 
-A full ``all`` takes about 20-27 minutes on a quiet 2-core machine, most of it in cores (5-7 min, 3 rounds of
-three deployments), the broker suite (10,000 idle topics take 2-5 of its 3.5-6.5 min), peers (about 3 min, most of
-it the RabbitMQ quorum queue's 400,000 confirms) and hostile (about 3 min of attack and quiet windows).
+A full ``all`` takes an estimated 23-28 minutes on a quiet 2-core machine, most of it in cores (5-7 min, 3 rounds
+of three deployments), the broker suite (10,000 idle topics take 2-5 of its 4-7 min; 8.4 min at load average 19),
+peers (about 3 min, most of it the RabbitMQ quorum queue's 400,000 confirms) and hostile (about 3 min of attack and
+quiet windows); ``--rounds 2`` saves about 3 minutes.
 ``--rounds N`` sets the rounds of the suites that repeat their phases (``ROUNDS_SUITES``); every round measures its
 own reference, so fewer rounds widen the spread without weakening a comparison.
 """
