@@ -174,12 +174,26 @@ def cores(r: dict) -> list[str]:
         if disk_bound and disk_bound[1] == "disk":
             text += (f" With one disk like this one, batched produce stays disk-bound ({disk_bound[0]:.1f}x at any "
                      "core count).")
+        more = {p: [model[p][c]["cpu_only"].get("n_workers_more_bookies") and
+                    (model[p][c]["cpu_only"]["ratio_more_bookies"], model[p][c]["cpu_only"]["n_workers_more_bookies"])
+                    for c in sizes] for p in cpu_only}
         if "bookies" in bounds and ref.get("produce-small"):
             costs = ref["produce-small"]
             crossover = bookies * costs["worker_cpu_s_per_m"] / max(costs["bookie_cpu_s_per_m"], 1e-9)
             text += (f" The standalone's {bookies} bookie processes become the limit ({bookies} / bookie cost) once "
-                     f"about {max(crossover, 1):.0f} workers run (batches of 10), so a bigger server needs more bookie "
-                     "processes, or bookies on more disks, before more workers pay.")
+                     f"about {max(crossover, 1):.0f} workers run (batches of 10)")
+            if all(x for v in more.values() for x in v):
+                per_phase = "; ".join(f"{CORES_PHASES[p]} " + " / ".join(
+                    f"{ratio:.1f}x (`--bookies {m['bookies']}`)" for ratio, m in v) for p, v in more.items())
+                text += (". **`broker standalone --bookies B`** lifts that limit: with B the bookies' share of the "
+                         "cores (the fewest, at least 3, with B / bookie cost ≥ cores / (worker + bookie cost)), the "
+                         f"cores themselves become the bound and the ratio grows with them: {per_phase} on CPU alone "
+                         f"({' / '.join(sizes)} cores).")
+                if disk_bound and disk_bound[1] == "disk":
+                    text += (" Batched produce on one disk like this one stays disk-bound whatever B is: the bookies "
+                             "then need more disks, not more processes.")
+            else:
+                text += ", so a bigger server needs more bookie processes, or bookies on more disks, before more workers pay."
         text += (" The model counts server CPU only; the measured rates sit below its ceilings, bounded by the disk, "
                  "the shared cores and the clients' own per-message cost.")
         lines.append(text)

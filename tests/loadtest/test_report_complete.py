@@ -140,6 +140,9 @@ def test_the_cores_explanation_is_computed_from_the_run(page):
     small = cores["1-worker"]["produce-small"]
     crossover = 3 * small["worker_cpu_s_per_m"] / small["bookie_cpu_s_per_m"]
     assert f"once about {crossover:.0f} workers run" in section
+    more = cores["model"]["catchup"]["16"]["cpu_only"]
+    assert f"{more['ratio_more_bookies']:.1f}x (`--bookies {more['n_workers_more_bookies']['bookies']}`)" in section
+    assert "stays disk-bound whatever B is" in section
 
 
 def test_the_nemesis_section_is_carried_over_unchanged_and_says_when_it_ran(page):
