@@ -51,23 +51,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-flat", action="store_true", help="fail when latency grew over the run")
     parser.add_argument("--max-growth", type=float, default=2.0)
     args = parser.parse_args(argv)
-    broker = None
-    if args.service_url is None:
-        from storage.testing.processes import BrokerProcess
-
-        broker = BrokerProcess(Path(tempfile.mkdtemp(prefix="magnetar-locust-")) / "data")
-        broker.start(timeout_s=90)
-        args.service_url = broker.service_url
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        result = subprocess.run([
-            sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), "--headless", "-u", str(args.users),
-            "-r", str(args.spawn_rate), "-t", args.duration, "--csv", args.csv, "--only-summary",
-            "--service-url", args.service_url,
-        ], timeout=3600)
-    finally:
-        if broker is not None:
-            broker.stop()
+    # The broker's data directory goes with the run: each run writes its own, and left behind they pile up.
+    with tempfile.TemporaryDirectory(prefix="magnetar-locust-", ignore_cleanup_errors=True) as scratch:
+        broker = None
+        if args.service_url is None:
+            from storage.testing.processes import BrokerProcess
+
+            broker = BrokerProcess(Path(scratch) / "data")
+            broker.start(timeout_s=90)
+            args.service_url = broker.service_url
+        try:
+            result = subprocess.run([
+                sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), "--headless", "-u", str(args.users),
+                "-r", str(args.spawn_rate), "-t", args.duration, "--csv", args.csv, "--only-summary",
+                "--service-url", args.service_url,
+            ], timeout=3600)
+            if broker is not None and result.returncode != 0:
+                print(f"broker log (removed with the run's directory):\n{broker.log_tail(40)}", file=sys.stderr)
+        finally:
+            if broker is not None:
+                broker.stop()
     with open(f"{args.csv}_stats.csv", newline="") as fh:
         rows = {r["Name"]: r for r in csv.DictReader(fh)}
     total = rows.get("Aggregated", {})

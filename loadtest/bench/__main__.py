@@ -10,7 +10,15 @@ Suites: ``ledger`` (the ledger store alone); ``broker`` (every broker figure in 
 ``streams`` (the Stream API over gRPC beside the same work through the Pulsar protocol);
 ``cores`` (the multi-process standalone: 1 broker worker beside one per core, produce and catch-up);
 ``all`` runs every suite, and ``all --report docs/`` writes
-docs/BENCHMARKS.md with its charts.
+docs/BENCHMARKS.md with its charts (the Nemesis section, from its own long run, is carried over from the page
+it replaces; ``python -m loadtest.nemesis --report-from RESULT.json --report docs/`` renders it from a saved result).
+
+A full ``all`` takes an estimated 23-28 minutes on a quiet 2-core machine, most of it in cores (5-7 min, 3 rounds
+of three deployments), the broker suite (10,000 idle topics take 2-5 of its 4-7 min; 8.4 min at load average 19),
+peers (about 3 min, most of it the RabbitMQ quorum queue's 400,000 confirms) and hostile (about 3 min of attack and
+quiet windows); ``--rounds 2`` saves about 3 minutes.
+``--rounds N`` sets the rounds of the suites that repeat their phases (``ROUNDS_SUITES``); every round measures its
+own reference, so fewer rounds widen the spread without weakening a comparison.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ SUITES["compaction"] = ("loadtest.bench.compaction", None)
 SUITES["streams"] = ("loadtest.bench.streams", None)
 SUITES["cores"] = ("loadtest.bench.cores", None)
 SUITES["all"] = ("loadtest.bench.all", None)
+ROUNDS_SUITES = ("ledger", "client", "tls", "compaction", "cores")  # run() takes ``rounds``
+MAX_ROUNDS = 20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,15 +57,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON output path (default results/bench-<suite>.json)")
     parser.add_argument("--report", default=None, metavar="DIR",
                         help="with `all`: write DIR/BENCHMARKS.md and its PNG charts from the results")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help=f"rounds for the suites that repeat their phases ({', '.join(ROUNDS_SUITES)}; "
+                             f"1..{MAX_ROUNDS}); each round measures its own reference, so fewer rounds mean a wider "
+                             "spread, not a weaker comparison")
     parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
                         help="with `all`: run only these suites (the report covers what ran)")
     args = parser.parse_args(argv)
     if (args.report or args.only) and args.suite != "all":
         parser.error("--report and --only need the `all` suite")
+    if args.rounds is not None and not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
+    if args.rounds is not None and args.suite not in ("all", *ROUNDS_SUITES):
+        parser.error(f"--rounds applies to all and to {', '.join(ROUNDS_SUITES)}")
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
     if args.only:
         kwargs["only"] = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    if args.rounds is not None:
+        kwargs["rounds"] = args.rounds
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
     # Every suite makes its data directories with tempfile: put them all in one scratch directory that goes when
@@ -71,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         from loadtest.bench.markdown import write_report
 
-        command = "python -m loadtest.bench all" + (" --quick" if args.quick else "") + f" --report {args.report}"
+        command = ("python -m loadtest.bench all" + (" --quick" if args.quick else "")
+                   + (f" --rounds {args.rounds}" if args.rounds else "") + f" --report {args.report}")
         report = write_report(json.loads(path.read_text()), args.report, command)
         print(f"report written to {report}")
     failed = [name for name, r in results.items() if isinstance(r, dict) and "error" in r] if args.suite == "all" else []

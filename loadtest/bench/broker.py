@@ -14,6 +14,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -162,11 +163,33 @@ def catchup(url: str, backlog: int) -> dict:
         client.close()
 
 
+def _create_topic(url: str) -> None:
+    """PUT one topic. A bundle split or unload while thousands of topics are created answers "look the topic up
+    again" (ServiceNotReady): try again until the bundle is served, and a 409 then means an earlier try made it."""
+    from storage.testing.waiting import wait_until
+
+    tries = 0
+
+    def created() -> bool:
+        nonlocal tries
+        tries += 1
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=60).read()
+            return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409 and tries > 1:
+                return True
+            if exc.code >= 500 and b"look the topic up again" in exc.read():
+                return False
+            raise
+
+    wait_until(created, 60, f"{url} to be created", interval_s=0.2)
+
+
 def idle_topics(broker, count: int) -> dict:
     rss_before = _rss_mb(broker.proc.pid)
     for i in range(count):
-        req = urllib.request.Request(f"{broker.web_url}/admin/v2/persistent/public/default/idle-{i}", method="PUT")
-        urllib.request.urlopen(req, timeout=60).read()
+        _create_topic(f"{broker.web_url}/admin/v2/persistent/public/default/idle-{i}")
     rss_after = _rss_mb(broker.proc.pid)
     return {"topics": count, "rss_before_mb": rss_before, "rss_after_mb": rss_after,
             "mb_per_1000_topics": (rss_after - rss_before) / count * 1000}

@@ -172,7 +172,7 @@ def _official_consume(url: str, messages: int) -> float:
         client.close()
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, rounds: int | None = None) -> dict:
     import uvloop
 
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-client-"))
@@ -180,7 +180,7 @@ def run(quick: bool = False) -> dict:
     url, web_url = deployment.broker.service_url, deployment.broker.web_url
     produce_n, consume_n = (20_000, 20_000) if quick else (200_000, 300_000)
     try:
-        produce = produce_rounds(url, web_url, produce_n, 1 if quick else ROUNDS)
+        produce = produce_rounds(url, web_url, produce_n, rounds or (1 if quick else ROUNDS))
         official_consume = _official_consume(url, consume_n)
         ours_consume = uvloop.run(magnetar_produce_consume(url, consume_n))["consume_msg_per_s"]
     finally:

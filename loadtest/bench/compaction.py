@@ -80,13 +80,13 @@ def _compact(broker, topic: str) -> tuple[dict, float]:
     return status["lastRun"], wall
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, rounds: int | None = None) -> dict:
     import pulsar
 
     from storage.testing.processes import BrokerProcess
 
     messages, keys = (QUICK_MESSAGES, QUICK_KEYS) if quick else (MESSAGES, KEYS)
-    rounds = 1 if quick else ROUNDS
+    rounds = rounds or (1 if quick else ROUNDS)
     broker = BrokerProcess(Path(tempfile.mkdtemp(prefix="magnetar-bench-compaction-")) / "data")
     broker.start(timeout_s=90)
     runs: list[dict] = []

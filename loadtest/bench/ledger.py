@@ -90,7 +90,7 @@ async def open_loop(client: LedgerClient, rate_per_s: float, duration_s: float, 
     }
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, rounds: int | None = None) -> dict:
     from storage.testing.processes import BookieCluster
     from storage.testing.zookeeper import ZooKeeperServer
 
@@ -104,7 +104,7 @@ def run(quick: bool = False) -> dict:
             BookieCluster(zk.url("/bench"), root / "bookies") as cluster, \
             BookieCluster(zk.url("/bench-flush-when-empty"), root / "bookies-flush-when-empty",
                           env=FLUSH_WHEN_EMPTY_ENV) as eager:
-        results = uvloop.run(_measure(cluster.metadata_url, eager.metadata_url, quick))  # as production clients run
+        results = uvloop.run(_measure(cluster.metadata_url, eager.metadata_url, quick, rounds))  # as production clients run
     physical_64k = disk_64k["mb_per_s"] / (WRITE_QUORUM * 2)
     results["disk_1k"] = disk_1k
     results["disk_64k"] = disk_64k
@@ -127,9 +127,10 @@ async def _open(metadata_url: str) -> LedgerClient:
     return client
 
 
-async def _steady(client: LedgerClient, eager: LedgerClient, quick: bool) -> dict:
+async def _steady(client: LedgerClient, eager: LedgerClient, quick: bool, rounds: int | None = None) -> dict:
     """1,000/s against both bookie configurations in alternating rounds: each figure over all its rounds."""
-    rounds, seconds = (2, 1.5) if quick else (4, 5.0)
+    default_rounds, seconds = (2, 1.5) if quick else (4, 5.0)
+    rounds = rounds or default_rounds
     runs: dict[str, list[dict]] = {"defaults": [], "flush_when_empty": []}
     for _ in range(rounds):
         runs["defaults"].append(await open_loop(client, 1000, seconds, 1024))
@@ -145,14 +146,14 @@ async def _steady(client: LedgerClient, eager: LedgerClient, quick: bool) -> dic
     return out
 
 
-async def _measure(metadata_url: str, eager_url: str, quick: bool) -> dict:
+async def _measure(metadata_url: str, eager_url: str, quick: bool, rounds: int | None = None) -> dict:
     client = await _open(metadata_url)
     eager = await _open(eager_url)
     try:
         # The latency runs go first, on a quiet cluster: after the throughput runs the bookies
         # are still flushing tens of MB of write cache to the same disk, which the journal's
         # fsyncs then queue behind (one disk holds both, unlike a production bookie).
-        steady = await _steady(client, eager, quick)
+        steady = await _steady(client, eager, quick, rounds)
         await eager.close()
         simpletest = await closed_loop(client, SIMPLETEST_ENTRIES, 1024, SIMPLETEST_WINDOW)
         by_window = {str(w): await closed_loop(client, _window_entries(w, quick), 1024, w) for w in WINDOWS}

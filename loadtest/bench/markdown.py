@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from loadtest.bench import explanations as explain
+from loadtest.bench.page import NEMESIS_HEADING, existing_section, run_time
+
 CHART_SIZES = "bench-throughput-by-size.png"
 CHART_CDF = "bench-latency-cdf.png"
 SYSTEMS = {"magnetar": "Magnetar + magnetar client", "pulsar_client": "Magnetar + pulsar-client",
@@ -107,6 +110,13 @@ def _machine(doc: dict) -> list[str]:
     if disk:
         rows.append(["disk", f"{_n(disk['fsyncs_per_s'])} fdatasync/s of 512 B (p50 {_n(disk['fsync_p50_ms'], 2)} ms), "
                              "measured in this run"])
+    timing = doc["results"].get("timing", {})
+    if timing:
+        total = sum(t["seconds"] for t in timing.values())
+        loads = [t["load_1m_at_start"] for t in timing.values()]
+        rows += [["run time", f"{total / 60:.0f} min: " + ", ".join(f"{name} {t['seconds']:.0f} s" for name, t in timing.items())],
+                 ["load average (1 min) as each suite started",
+                  f"{min(loads):.1f}" + (f" to {max(loads):.1f}" if max(loads) > min(loads) else "")]]
     return ["## Machine", "", *_table(["", ""], rows)]
 
 
@@ -166,9 +176,37 @@ def _targets(r: dict) -> list[str]:
         row(f"kill -9 of the owner -> first ack (max; broker defaults, session {failover['session_timeout_s']:g} s)",
             f"{k['max']:.2f} s (p50 {k['p50']:.2f} s)", "<= 5 s", k["max"] <= 5)
         row("graceful unload publish gap (p99)", f"{g['p99']:.2f} s", "<= 1 s", g["p99"] <= 1)
+    spark = r.get("spark", {})
+    for label, part in (("cold", spark), ("warm", spark.get("warm"))):
+        if part and "ratio" in part:
+            row(f"Spark source vs Spark's rate source, {label} query", f"{part['ratio']:.2f}", ">= 0.5", part["ratio"] >= 0.5)
+    rows += _hostile_targets(r.get("hostile", {}))
     rows.append(["locust, 50 users for 10 minutes", "not part of `all`", "zero failures, flat latency",
                  "`make test-slow` (tests/loadtest/test_locust_soak.py)"])
     return ["## Targets", "", *_table(["target", "measured", "target value", "verdict"], rows)]
+
+
+HOSTILE_SHORT = {"ack_bomb": "ACK bomb", "poison_batch": "poison batch count", "silent_connections": "silent connections",
+                 "producer_creates": "producer creates", "far_future_acks": "far-future ACKs",
+                 "big_messages_unread": "5 MiB producer, receipts unread"}
+
+
+def _hostile_targets(r: dict) -> list[list[str]]:
+    """Issue 18's targets: the good client's p99 within 5x its quiet p99 under each attack, RSS < 1 GiB, always up."""
+    attacks = {name: a for name, a in r.get("attacks", {}).items() if "good_client" in a}
+    if not attacks:
+        return []
+    ref = r["reference"]["p99_ms"]
+    rows = [[f"hostile: {HOSTILE_SHORT.get(name, name)}, good client's publish p99 vs its no-attack p99",
+             f"{_n(a['p99_ratio'], 1)}x ({_n(a['good_client']['p99_ms'], 1)} vs {_n(ref, 1)} ms)", "<= 5x",
+             _verdict(a["targets_met"]["p99_within_5x"])] for name, a in attacks.items()]
+    worst = max(attacks.values(), key=lambda a: a["rss_peak_mb"])
+    rows.append(["hostile: broker RSS peak over every attack", f"{_n(worst['rss_peak_mb'])} MB", "< 1 GiB",
+                 _verdict(all(a["targets_met"]["rss_under_1_gib"] for a in attacks.values()))])
+    rows.append(["hostile: the broker stays up through every attack",
+                 f"{sum(a['stayed_up'] for a in attacks.values())} of {len(attacks)}", "all",
+                 _verdict(all(a["stayed_up"] for a in attacks.values()))])
+    return rows
 
 
 def _reproduce(suite: str) -> str:
@@ -512,27 +550,48 @@ NOTES = [
     "- **Client-side costs.** The official client's Python wrapper carries a callback on one send in 100: a "
     "callback per message costs a GIL hand-off from its C++ thread and caps the *client* near 30k msg/s.",
     "- **Everything runs on one 2-core host**: brokers, bookies, ZooKeeper, the load generator and the peers. "
-    "The machine is shared and noisy; compare runs by their ratios.",
+    "The machine is shared and noisy; compare runs by their ratios, and read a ratio near 1 as a range, not a point: "
+    "single rounds of one run spread by tens of percent (the `rounds` column of the cores table shows how far).",
     "",
 ]
 
 
+def _nemesis_note(kept: list[str] | None) -> list[str]:
+    if not kept:
+        return ["No nemesis run on this page yet: `python -m loadtest.nemesis --report docs/` adds its section.", ""]
+    return [f"The Nemesis section is not part of `all`: it comes from its own long run of `python -m loadtest.nemesis` "
+            f"at {run_time(kept) or 'the time its section states'}, carried over unchanged from the page this one "
+            "replaced (`python -m loadtest.nemesis --report-from RESULT.json --report docs/` renders it again from a "
+            "saved result).", ""]
+
+
 def write_report(doc: dict, directory: str | Path, command: str) -> Path:
+    """Write DIRECTORY/BENCHMARKS.md and its charts, keeping the Nemesis section of the page it replaces."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "BENCHMARKS.md"
+    nemesis = existing_section(path, NEMESIS_HEADING)
     r = doc["results"]
     _charts(r, directory)
     errors = [f"- `{name}` failed: {res['error']}" for name, res in r.items() if isinstance(res, dict) and "error" in res]
     lines = ["# Benchmarks", "",
              f"Generated by `{command}`. Every figure is measured beside a reference taken in the same run on the "
              "same machine, because these machines are shared and noisy: read the ratios first. Raw JSON: "
-             "`--out` (default `results/bench-all.json`, not committed).", "",
+             "`--out` (default `results/bench-all.json`, not committed). The Machine table says how long each suite "
+             "ran; `--rounds N` runs N rounds of the suites that repeat their phases (the ledger's steady run, "
+             "client, TLS, compaction, cores), each round with its own reference, for a shorter full run.", "",
+             *_nemesis_note(nemesis),
              *(["Suites that failed in this run:", "", *errors, ""] if errors else []),
-             *_machine(doc), *_targets(r), *_ledger(r.get("ledger", {})), *_broker(r.get("broker", {})),
-             *_client(r.get("client", {})), *_peers(r.get("peers", {})), *_failover(r.get("failover", {})),
-             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})), *_tls(r.get("tls", {})),
-             *_hostile(r.get("hostile", {})), *_compaction(r.get("compaction", {})), *_cores(r.get("cores", {})), "",
-             *NOTES]
-    path = directory / "BENCHMARKS.md"
+             *_machine(doc), *_targets(r),
+             *_ledger(r.get("ledger", {})), *explain.ledger(r.get("ledger", {})),
+             *_broker(r.get("broker", {})), *_client(r.get("client", {})),
+             *_peers(r.get("peers", {})), *explain.peers(r.get("peers", {})),
+             *_failover(r.get("failover", {})), *explain.failover(r.get("failover", {})),
+             *_recovery(r.get("recovery", {})), *_spark(r.get("spark", {})),
+             *_tls(r.get("tls", {})), *explain.tls(r.get("tls", {})),
+             *_hostile(r.get("hostile", {})), *explain.hostile(r.get("hostile", {})),
+             *_compaction(r.get("compaction", {})), *explain.compaction(r.get("compaction", {})),
+             *_cores(r.get("cores", {})), *explain.cores(r.get("cores", {})), "",
+             *NOTES, *(nemesis or [])]
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -49,7 +49,7 @@ class _TlsStandalone:
         return f"pulsar+ssl://127.0.0.1:{self.tls_port}"
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, rounds: int | None = None) -> dict:
     import pulsar
 
     import magnetar
@@ -60,7 +60,7 @@ def run(quick: bool = False) -> dict:
     quiet = {"logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)}
     clients = {"official": (pulsar, quiet), "magnetar_sync": (magnetar, {})}
     sizes = QUICK_SIZES if quick else SIZES
-    rounds = 1 if quick else ROUNDS
+    rounds = rounds or (1 if quick else ROUNDS)
     runs: dict[str, list[dict]] = {}
     try:
         for _ in range(rounds):

@@ -3,7 +3,8 @@
 Starts a real cluster (cluster.py), runs the workload (workload.py) while a seeded schedule injects and heals
 faults (schedule.py), reads everything back, and checks the history (checker.py). Prints the seed first and,
 when the checker finds a violation, the one-line command that replays the run. Writes the history
-(JSON lines) and a JSON result; ``--report DIR`` also writes the "Nemesis" section of DIR/BENCHMARKS.md.
+(JSON lines) and a JSON result; ``--report DIR`` also writes the "Nemesis" section of DIR/BENCHMARKS.md
+(``--report-from RESULT.json --report DIR`` writes it from a result saved before, with no cluster).
 Exit status: 0 when every violation count is 0, 1 otherwise, 2 when the cluster or a fault failed.
 """
 
@@ -142,11 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default=None, help="history and result.json (default results/nemesis-SEED)")
     parser.add_argument("--report", default=None, metavar="DIR", help="write the Nemesis section of DIR/BENCHMARKS.md")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's scratch directory (logs, data)")
+    parser.add_argument("--report-from", default=None, metavar="RESULT",
+                        help="no cluster: write the Nemesis section of --report DIR from a result.json written before")
     parser.add_argument("--check", default=None, metavar="HISTORY",
                         help="no cluster: run the checker on a history file written before, print its findings")
     args = parser.parse_args(argv)
     if args.check:
         return check_only(args.check, args.linearizable)
+    if args.report_from:
+        if not args.report:
+            parser.error("--report-from needs --report DIR")
+        from loadtest.nemesis.markdown import write_section
+
+        print(f"report written to {write_section(json.loads(Path(args.report_from).read_text()), args.report)}")
+        return 0
     if args.rounds < 1 or args.rounds > 10_000:
         parser.error("--rounds must be in 1..10000")
     if not 0.1 <= args.rate <= 1000:

@@ -1,7 +1,9 @@
 """The "Nemesis" section of docs/BENCHMARKS.md from one run's result (``python -m loadtest.nemesis --report docs/``).
 
 The section is replaced in place (from its heading to the next ``## `` heading), so the rest of the page, which
-``python -m loadtest.bench all --report`` writes, stays as it is; it is appended when the page has none.
+``python -m loadtest.bench all --report`` writes, stays as it is; it is appended when the page has none. The other
+way round, ``bench all --report`` carries the section over from the page it replaces (loadtest/bench/page.py),
+because a nemesis run is long and separate from ``all``; ``--report-from RESULT`` renders it from a saved result.
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from loadtest.bench.page import NEMESIS_HEADING as HEADING, section_bounds
 from loadtest.nemesis.checker import COUNTS, VIOLATIONS
 
-HEADING = "## Nemesis"
 LABELS = {
     "lost": "acknowledged, then lost", "phantom": "phantoms (read, never sent)",
     "failed_but_read": "definitely failed, yet read", "order": "per-producer order violations (final reads)",
@@ -63,10 +65,9 @@ def write_section(result: dict, directory: str | Path) -> Path:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     lines = text.rstrip("\n").split("\n")
     new = section(result)
-    if HEADING in lines:
-        start = lines.index(HEADING)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = new
+    bounds = section_bounds(lines, HEADING)
+    if bounds:
+        lines[bounds[0]:bounds[1]] = new
     else:
         lines += ["", *new]
     path.write_text("\n".join(lines).rstrip() + "\n")
