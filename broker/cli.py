@@ -20,8 +20,8 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
-from broker.workers import (DEFAULT_BOOKIES, MAX_BOOKIES, check_bookie_count, default_workers, missing_bookie_dirs,
-                            workers_for)
+from broker.standalone_layout import DEFAULT_BOOKIES, MAX_BOOKIES, check_bookie_count
+from broker.workers import default_workers, missing_bookie_dirs, workers_for
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = {k: getattr(args, k, None) for k in FLAG_FIELDS}
     try:
         if args.command == "standalone":
-            from broker.standalone import metadata_url
+            from broker.standalone_layout import metadata_url
 
             data_dir = Path(args.data_dir)
             flags["metadata_store_url"] = metadata_url(data_dir)

@@ -22,37 +22,11 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.service import BrokerService
-from broker.workers import DEFAULT_BOOKIES, check_bookie_count
-from storage.bookie.config import BookieConfig
+from broker.standalone_layout import DEFAULT_BOOKIES, check_bookie_count, metadata_url, standalone_bookie_configs  # noqa: F401 -- re-exported
 from storage.bookie.process import BookieService
 from storage.metadata import open_store
 
 log = logging.getLogger(__name__)
-
-ZONES = ("a", "b", "c")
-
-
-def bookie_letter(i: int) -> str:
-    return chr(ord("a") + i)
-
-
-def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int, host: str = "127.0.0.1",
-                              first_http_port: int = 0, count: int = DEFAULT_BOOKIES) -> list[BookieConfig]:
-    """Bookie i (``standalone-bookie-a``, ``-b``, ...) listens on ``first_port + i`` and serves HTTP on
-    ``first_http_port + i`` (0: any free port for each). Zones stay a, b and c, a fourth bookie joining zone a
-    (upgrade domain ``ud<i>``), so every write set still spans zones as in a cluster of three zones."""
-    return [
-        BookieConfig(
-            metadata_store_url=metadata_url, data_dir=data_dir / f"bookie-{bookie_letter(i)}", host=host,
-            port=first_port + i, http_port=first_http_port + i if first_http_port else 0,
-            bookie_id=f"standalone-bookie-{bookie_letter(i)}", network_location=f"/zone-{ZONES[i % len(ZONES)]}/ud{i}",
-            # One process, one disk: sync as soon as the journal queue is empty instead of waiting up to
-            # journal_max_group_wait_ms; groups still form while an fsync is in progress.
-            journal_flush_when_queue_empty=True,
-        ).validate()
-        for i in range(count)
-    ]
-
 
 def standalone_broker_config(config: BrokerConfig) -> BrokerConfig:
     """The broker's config with what cannot apply to the standalone's own bookies removed."""
@@ -107,8 +81,3 @@ class Standalone:
         for bookie in reversed(self.bookies):
             await bookie.stop()
         await self.store.close()
-
-
-def metadata_url(data_dir: Path) -> str:
-    return f"file://{data_dir.resolve() / 'metadata'}"
-

@@ -53,6 +53,7 @@ from typing import Callable
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
+from broker.standalone_layout import DEFAULT_BOOKIES, check_bookie_count, metadata_url, standalone_bookie_configs
 from storage.bookie.config import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -63,24 +64,6 @@ MAX_WORKERS = 64
 FIRST_RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 STABLE_RUN_S = 60.0  # a child that ran this long before dying is restarted at once, as after a first failure
-DEFAULT_BOOKIES = 3
-MAX_BOOKIES = 26  # one letter each for ids and data directories, a to z
-
-
-def check_bookie_count(count: int, config: BrokerConfig) -> None:
-    """Raises ValueError when ``count`` standalone bookies cannot serve ``config``'s ledgers: every ledger needs
-    managed_ledger_ensemble_size distinct bookies (E >= Qw >= Qa is the config's own check)."""
-    if not 1 <= count <= MAX_BOOKIES:
-        raise ValueError(f"--bookies must be between 1 and {MAX_BOOKIES}, not {count}")
-    if config.managed_ledger_ensemble_size > count:
-        raise ValueError(
-            f"--bookies {count} is fewer than the ledger ensemble size managedLedgerDefaultEnsembleSize "
-            f"(managed_ledger_ensemble_size) = {config.managed_ledger_ensemble_size}: every ledger needs that many "
-            f"distinct bookies; run --bookies {config.managed_ledger_ensemble_size} or more, or lower E/Qw/Qa "
-            f"(now {config.managed_ledger_ensemble_size}/{config.managed_ledger_write_quorum}/"
-            f"{config.managed_ledger_ack_quorum})")
-
-
 def missing_bookie_dirs(data_dir: Path, count: int) -> list[str]:
     """Bookie data directories of an earlier run with more bookies than ``count``: their ledgers' replicas there
     are out of reach this run."""
@@ -203,7 +186,6 @@ class Supervisor:
             plans = plan_workers(self.config, self.workers, url, lambda: loopback_port(self.config.host))
             if self.data_dir is not None:
                 check_bookie_count(self.bookie_count, self.config)
-                from broker.standalone import standalone_bookie_configs
 
                 self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
                                 standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host,
@@ -223,7 +205,6 @@ class Supervisor:
             raise
 
     async def _serve_metadata(self) -> str:
-        from broker.standalone import metadata_url
         from storage.metadata import open_store
         from storage.metadata.served import MetadataServer
 

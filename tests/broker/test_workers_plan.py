@@ -95,7 +95,7 @@ def test_without_workers_asked_for_one_per_core_unless_only_one_broker_can_serve
     (27, (2, 2, 2), "--bookies must be between 1 and 26, not 27"),
 ])
 def test_the_bookie_count_must_hold_an_ensemble(count, quorums, message):
-    from broker.workers import check_bookie_count
+    from broker.standalone_layout import check_bookie_count
 
     e, qw, qa = quorums
     config = BrokerConfig(metadata_store_url="x://", managed_ledger_ensemble_size=e, managed_ledger_write_quorum=qw,
@@ -108,7 +108,7 @@ def test_the_bookie_count_must_hold_an_ensemble(count, quorums, message):
 
 
 def test_more_bookies_get_the_next_letters_ports_and_the_three_zones_in_turn(tmp_path):
-    from broker.standalone import standalone_bookie_configs
+    from broker.standalone_layout import standalone_bookie_configs
 
     configs = standalone_bookie_configs(tmp_path, "memory://x", 3181, first_http_port=8000, count=5)
     assert [(c.bookie_id, c.data_dir.name, c.port, c.http_port, c.network_location) for c in configs] == [

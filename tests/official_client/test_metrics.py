@@ -273,7 +273,7 @@ def test_docs_list_every_metric(standalone, client, topic):
 
 
 def test_bookie_http_ports_follow_the_base_and_0_picks_free_ones(tmp_path):
-    from broker.standalone import standalone_bookie_configs
+    from broker.standalone_layout import standalone_bookie_configs
 
     configs = standalone_bookie_configs(tmp_path, "memory://x", 3181, first_http_port=8000)
     assert [(c.port, c.http_port, c.network_location) for c in configs] == [
