@@ -21,6 +21,7 @@ from pathlib import Path
 from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
 from broker.workers import default_workers, workers_for
+from storage.large_buffers import keep_large_buffers
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name", "stream_port")
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     _use_uvloop()
+    keep_large_buffers()
     bookie_http_port = getattr(args, "bookie_http_port", 0)
     if data_dir is not None and not args.single_process:
         workers = args.workers
