@@ -20,8 +20,11 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
-from broker.workers import default_workers, workers_for
+from broker.workers import (DEFAULT_BOOKIES, MAX_BOOKIES, check_bookie_count, default_workers, missing_bookie_dirs,
+                            workers_for)
 from storage.large_buffers import keep_large_buffers
+
+log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 2
 FLAG_FIELDS = ("metadata_store_url", "host", "port", "http_port", "advertised_address", "cluster_name", "stream_port")
@@ -39,13 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "cluster; worker 0 on the given ports, the others on free ones (default 1: this process)")
 
     standalone = commands.add_parser(
-        "standalone", help="embedded metadata store + 3 bookies (zones a, b, c) + broker workers, persisted under --data-dir")
+        "standalone", help="embedded metadata store + bookies (3 by default, zones a, b, c) + broker workers, "
+                           "persisted under --data-dir")
     _common_flags(standalone)
     standalone.add_argument("--data-dir", default="./data", help="where everything is stored (default ./data)")
     standalone.add_argument("--bookie-http-port", type=int, default=8000,
                             help="first bookie's HTTP port (health, Prometheus /metrics); the others follow "
                                  "(default 8000, BookKeeper's prometheusStatsHttpPort; 0: any free ports)")
     standalone.add_argument("--bookie-port", type=int, default=3181, help="first bookie's port; the others follow (default 3181)")
+    standalone.add_argument("--bookies", type=int, default=DEFAULT_BOOKIES,
+                            help=f"bookie processes (default {DEFAULT_BOOKIES}; 1..{MAX_BOOKIES}, at least the ledger "
+                                 "ensemble size); more spread the storage work over more cores")
     mode = standalone.add_mutually_exclusive_group()
     mode.add_argument("--workers", type=int, help="broker worker processes, each owning a share of the bundles "
                       f"(default: one per core, here {default_workers()}); bookies run in their own processes")
@@ -83,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             data_dir = Path(args.data_dir)
             flags["metadata_store_url"] = metadata_url(data_dir)
             config = load_config(args.config, flags)
+            check_bookie_count(args.bookies, config)
+            for name in missing_bookie_dirs(data_dir, args.bookies):
+                log.warning("broker standalone: %s/%s holds an earlier run's bookie, not started with --bookies %d: "
+                            "ledger replicas stored there are out of reach", data_dir, name, args.bookies)
         else:
             config = load_config(args.config, flags)
             data_dir = None
@@ -99,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             if why:
                 print(f"broker standalone: 1 broker worker ({why}); --workers N with other ports, or "
                       "--single-process", flush=True)
-        return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level, bookie_http_port))
+        return asyncio.run(_serve_workers(config, data_dir, args.bookie_port, workers, args.log_level, bookie_http_port,
+                                          args.bookies))
     if data_dir is None and args.workers != 1:
         return asyncio.run(_serve_workers(config, None, None, args.workers, args.log_level))
-    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), bookie_http_port))
+    return asyncio.run(_serve(config, data_dir, getattr(args, "bookie_port", None), bookie_http_port,
+                              getattr(args, "bookies", DEFAULT_BOOKIES)))
 
 
 def _use_uvloop() -> None:
@@ -113,7 +126,8 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, bookie_http_port: int = 0) -> int:
+async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, bookie_http_port: int = 0,
+                 bookies: int = DEFAULT_BOOKIES) -> int:
     from broker.errors import BrokerError
     from broker.http import listening_ports, start_http
     from broker.service import BrokerService
@@ -129,7 +143,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     http = None
     try:
         if data_dir is not None:
-            standalone = await Standalone.start(data_dir, config, bookie_port, bookie_http_port)
+            standalone = await Standalone.start(data_dir, config, bookie_port, bookie_http_port, bookies)
             broker = standalone.broker
         else:
             broker = await BrokerService.start(config)
@@ -159,7 +173,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
 
 
 async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, workers: int,
-                         log_level: str, bookie_http_port: int = 0) -> int:
+                         log_level: str, bookie_http_port: int = 0, bookies: int = DEFAULT_BOOKIES) -> int:
     """The multi-process standalone (or, without a data directory, `broker start --workers N`): serve until
     SIGINT/SIGTERM, then stop every child."""
     from broker.errors import BrokerError
@@ -174,7 +188,7 @@ async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_por
     if data_dir is not None:
         data_dir = data_dir.resolve()
         config = standalone_broker_config(config)
-    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level, bookie_http_port)
+    supervisor = Supervisor(data_dir, config, workers, bookie_port, log_level, bookie_http_port, bookies)
     starting = asyncio.create_task(supervisor.start())
     await asyncio.wait([starting, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():  # a signal during start-up: stop what has started
@@ -188,7 +202,7 @@ async def _serve_workers(config: BrokerConfig, data_dir: Path | None, bookie_por
         return EXIT_REFUSED
     first = supervisor.brokers[0].ready_line.split(" ready (", 1)[1].split(";", 1)[0]
     others = ", ".join(c.config.service_url or c.config.service_url_tls for c in supervisor.brokers[1:])
-    where = (f"3 bookie processes, data in {data_dir}" if data_dir is not None
+    where = (f"{bookies} bookie process{'es' if bookies > 1 else ''}, data in {data_dir}" if data_dir is not None
              else f"metadata {config.metadata_store_url}")
     print(f"broker {'standalone' if data_dir is not None else 'workers'} ready ({first}; "
           f"{workers} worker{'s' if workers > 1 else ''}{' (also ' + others + ')' if others else ''}, {where})",

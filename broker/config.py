@@ -161,6 +161,10 @@ class BrokerConfig:
     # every stats_sample_interval_s (ours), so a rate follows a change within one sample and no scrape moves it.
     stats_update_frequency_s: float = 60.0
     stats_sample_interval_s: float = 5.0
+    # Set by the supervisor of several workers (broker/workers.py) on worker 0 only: the other workers' web URLs,
+    # whose /metrics worker 0 merges into its own, so the host's one advertised /metrics covers every worker
+    # (broker/http/workers_metrics.py). Not a Pulsar key; empty for a broker on its own.
+    metrics_worker_urls: tuple[str, ...] = ()
     metadata_session_timeout_s: float = 30.0
 
     # Automatic load management (docs/broker.md "Automatic load management"); names and defaults are Pulsar's.

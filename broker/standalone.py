@@ -3,12 +3,12 @@
 (The default `broker standalone` runs the same parts as several processes: broker/workers.py.)
 
 It runs the embedded metadata store (``file://<data-dir>/metadata``), three
-bookies in zones a, b and c (``<data-dir>/bookie-<zone>``), the broker on
+bookies (``--bookies N``) in zones a, b and c (``<data-dir>/bookie-<a, b, c, ...>``), the broker on
 the Pulsar port and its HTTP server. The bookies serve HTTP (health and
 Prometheus ``/metrics``) on ``--bookie-http-port`` + 0, 1, 2 (default 8000,
 BookKeeper's ``prometheusStatsHttpPort``), and the start-up output prints each
 bookie's addresses as bound. Bookies have stable ids
-(``standalone-bookie-<zone>``), so their cookies stay valid when ports change
+(``standalone-bookie-<letter>``), so their cookies stay valid when ports change
 between runs. Everything restarts from disk: topics, subscription positions
 and unacknowledged messages come back as they were.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.service import BrokerService
+from broker.workers import DEFAULT_BOOKIES, check_bookie_count
 from storage.bookie.config import BookieConfig
 from storage.bookie.process import BookieService
 from storage.metadata import open_store
@@ -31,20 +32,25 @@ log = logging.getLogger(__name__)
 ZONES = ("a", "b", "c")
 
 
+def bookie_letter(i: int) -> str:
+    return chr(ord("a") + i)
+
+
 def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int, host: str = "127.0.0.1",
-                              first_http_port: int = 0) -> list[BookieConfig]:
-    """Bookie i (zone a, b, c) listens on ``first_port + i`` and serves HTTP on ``first_http_port + i`` (0: any free
-    port for each)."""
+                              first_http_port: int = 0, count: int = DEFAULT_BOOKIES) -> list[BookieConfig]:
+    """Bookie i (``standalone-bookie-a``, ``-b``, ...) listens on ``first_port + i`` and serves HTTP on
+    ``first_http_port + i`` (0: any free port for each). Zones stay a, b and c, a fourth bookie joining zone a
+    (upgrade domain ``ud<i>``), so every write set still spans zones as in a cluster of three zones."""
     return [
         BookieConfig(
-            metadata_store_url=metadata_url, data_dir=data_dir / f"bookie-{zone}", host=host, port=first_port + i,
-            http_port=first_http_port + i if first_http_port else 0, bookie_id=f"standalone-bookie-{zone}",
-            network_location=f"/zone-{zone}/ud{i}",
+            metadata_store_url=metadata_url, data_dir=data_dir / f"bookie-{bookie_letter(i)}", host=host,
+            port=first_port + i, http_port=first_http_port + i if first_http_port else 0,
+            bookie_id=f"standalone-bookie-{bookie_letter(i)}", network_location=f"/zone-{ZONES[i % len(ZONES)]}/ud{i}",
             # One process, one disk: sync as soon as the journal queue is empty instead of waiting up to
             # journal_max_group_wait_ms; groups still form while an fsync is in progress.
             journal_flush_when_queue_empty=True,
         ).validate()
-        for i, zone in enumerate(ZONES)
+        for i in range(count)
     ]
 
 
@@ -66,9 +72,11 @@ class Standalone:
 
     @classmethod
     async def start(cls, data_dir: Path, config: BrokerConfig, bookie_port: int,
-                    bookie_http_port: int = 0) -> "Standalone":
-        """Raises OSError when a port is taken (a bookie's HTTP port included: it never moves silently, since
-        Prometheus scrape configs name it), StorageError or BrokerError when a part cannot start."""
+                    bookie_http_port: int = 0, bookie_count: int = DEFAULT_BOOKIES) -> "Standalone":
+        """Raises ValueError for a bookie count the config's ensemble size cannot use, OSError when a port is taken
+        (a bookie's HTTP port included: it never moves silently, since Prometheus scrape configs name it),
+        StorageError or BrokerError when a part cannot start."""
+        check_bookie_count(bookie_count, config)
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         config = standalone_broker_config(config)
@@ -76,7 +84,7 @@ class Standalone:
         bookies: list[BookieService] = []
         try:
             for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host,
-                                                           bookie_http_port):
+                                                           bookie_http_port, bookie_count):
                 bookies.append(await BookieService.start(bookie_config, store=store))
             broker = await BrokerService.start(config, store=store)
         except BaseException:

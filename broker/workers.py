@@ -1,14 +1,14 @@
 """The multi-process standalone: a small cluster on one machine behind one advertised address.
 
-How this works. ``broker standalone --workers N`` runs a supervisor (this
-process) and 3 + N children:
+How this works. ``broker standalone --workers N --bookies B`` runs a supervisor
+(this process) and B + N children (B defaults to 3):
 
 * the supervisor holds the embedded ``file://DATA/metadata`` tree (its flock
   keeps every other process out) and serves it to its children on a Unix
   socket (storage/metadata/served.py): each child's connection is one
   session, with ZooKeeper's versions, ephemerals and watches;
-* three bookie processes, ids ``standalone-bookie-<zone>`` and data dirs
-  ``DATA/bookie-<zone>`` as in the single-process mode, so cookies and data
+* B bookie processes, ids ``standalone-bookie-<letter>`` and data dirs
+  ``DATA/bookie-<letter>`` as in the single-process mode, so cookies and data
   carry over between the modes and across restarts;
 * N broker workers, each a full broker of the cluster: it registers under
   ``/loadbalance/brokers``, owns bundles by ephemeral nodes and fences the
@@ -63,6 +63,29 @@ MAX_WORKERS = 64
 FIRST_RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 STABLE_RUN_S = 60.0  # a child that ran this long before dying is restarted at once, as after a first failure
+DEFAULT_BOOKIES = 3
+MAX_BOOKIES = 26  # one letter each for ids and data directories, a to z
+
+
+def check_bookie_count(count: int, config: BrokerConfig) -> None:
+    """Raises ValueError when ``count`` standalone bookies cannot serve ``config``'s ledgers: every ledger needs
+    managed_ledger_ensemble_size distinct bookies (E >= Qw >= Qa is the config's own check)."""
+    if not 1 <= count <= MAX_BOOKIES:
+        raise ValueError(f"--bookies must be between 1 and {MAX_BOOKIES}, not {count}")
+    if config.managed_ledger_ensemble_size > count:
+        raise ValueError(
+            f"--bookies {count} is fewer than the ledger ensemble size managedLedgerDefaultEnsembleSize "
+            f"(managed_ledger_ensemble_size) = {config.managed_ledger_ensemble_size}: every ledger needs that many "
+            f"distinct bookies; run --bookies {config.managed_ledger_ensemble_size} or more, or lower E/Qw/Qa "
+            f"(now {config.managed_ledger_ensemble_size}/{config.managed_ledger_write_quorum}/"
+            f"{config.managed_ledger_ack_quorum})")
+
+
+def missing_bookie_dirs(data_dir: Path, count: int) -> list[str]:
+    """Bookie data directories of an earlier run with more bookies than ``count``: their ledgers' replicas there
+    are out of reach this run."""
+    return sorted(p.name for p in data_dir.glob("bookie-?")
+                  if p.is_dir() and p.name[-1].isalpha() and ord(p.name[-1]) - ord("a") >= count)
 
 
 def default_workers() -> int:
@@ -99,7 +122,10 @@ def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port:
             return None if port is None else pick_port()
         plans.append(dataclasses.replace(
             config, metadata_store_url=metadata_url, port=own(config.port), http_port=own(config.http_port),
-            tls_port=own(config.tls_port), https_port=own(config.https_port), stream_port=None))
+            tls_port=own(config.tls_port), https_port=own(config.https_port), stream_port=None, metrics_worker_urls=()))
+    if count > 1:  # the advertised /metrics is worker 0's: it merges the others' (broker/http/workers_metrics.py)
+        plans[0] = dataclasses.replace(plans[0], metrics_worker_urls=tuple(
+            url for p in plans[1:] if (url := p.web_service_url or p.web_service_url_tls)))
     return plans
 
 
@@ -146,8 +172,9 @@ class Supervisor:
     """Starts, watches, restarts and stops the children of the multi-process standalone."""
 
     def __init__(self, data_dir: Path | None, config: BrokerConfig, workers: int, bookie_port: int | None,
-                 log_level: str = "INFO", bookie_http_port: int = 0):
+                 log_level: str = "INFO", bookie_http_port: int = 0, bookie_count: int = DEFAULT_BOOKIES):
         self.data_dir = data_dir
+        self.bookie_count = bookie_count
         self.bookie_http_port = bookie_http_port
         self.log_level = log_level
         self.config = config
@@ -175,11 +202,12 @@ class Supervisor:
             url = self.config.metadata_store_url if self.data_dir is None else await self._serve_metadata()
             plans = plan_workers(self.config, self.workers, url, lambda: loopback_port(self.config.host))
             if self.data_dir is not None:
+                check_bookie_count(self.bookie_count, self.config)
                 from broker.standalone import standalone_bookie_configs
 
                 self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
                                 standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host,
-                                                          self.bookie_http_port)]
+                                                          self.bookie_http_port, self.bookie_count)]
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))

@@ -19,6 +19,7 @@ from aiohttp import web
 from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
 from broker.http.lookup import answer_lookup
 from broker.http.metrics import render_metrics
+from broker.http.workers_metrics import merged_metrics
 from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_name, parse_bundle_name
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
 from broker.security.authorization import Need, requires
@@ -94,7 +95,12 @@ async def broker_health(request):
 @routes.get("/metrics")
 @requires(Need.OPEN)
 async def metrics(request):
-    return web.Response(body=render_metrics(_service(request)), headers={"Content-Type": "text/plain; version=0.0.4"})
+    service = _service(request)
+    body = render_metrics(service)
+    if service.config.metrics_worker_urls:  # worker 0 of several: the host's /metrics covers them all
+        body = await merged_metrics(body, service.config.metrics_worker_urls, request.headers.get("Authorization"),
+                                    service.config)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
 # ---- load management --------------------------------------------------------------

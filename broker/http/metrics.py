@@ -83,7 +83,7 @@ class _Families:
         family = self._by_name.get(name)
         if family is None:
             family = self._by_name[name] = (doc, kind, [])
-        family[2].append(f"{name}{labels} {_number(value)}")
+        family[2].append(f"{name}{labels} {sample_value(value)}")
 
     def render(self) -> bytes:
         out = []
@@ -103,7 +103,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value: float) -> str:
+def sample_value(value: float) -> str:
+    """A sample's value as the text format writes it (NaN, +Inf, -Inf, else repr of the float)."""
     value = float(value)
     if value != value:
         return "NaN"

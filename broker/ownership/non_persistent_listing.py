@@ -47,7 +47,8 @@ async def topics_of_namespace(service, ns: NamespaceName) -> list[str]:
     return sorted(names)
 
 
-def _peer_headers(config) -> dict[str, str]:
+def broker_client_headers(config) -> dict[str, str]:
+    """This broker's own credentials for another broker's REST (brokerClientAuthentication*), as headers."""
     if not config.broker_client_authentication_plugin:
         return {}
     from broker.admin_cli.settings import authentication, authorization_header  # one parser of Pulsar's plugins
@@ -65,7 +66,7 @@ async def _ask_peer(service, owner, ns: NamespaceName, bundle: str) -> list[str]
         if base.startswith("https:") else {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)) as http:
-            async with http.get(url, headers=_peer_headers(config), allow_redirects=False, **tls) as resp:
+            async with http.get(url, headers=broker_client_headers(config), allow_redirects=False, **tls) as resp:
                 body = await resp.content.read(MAX_PEER_ANSWER_BYTES + 1)
                 if resp.status != 200:
                     raise ServiceNotReadyError(f"broker {owner.broker_id} answered {resp.status} when asked for the "

@@ -13,8 +13,10 @@ one official `pulsar-client` process per topic, started together:
 Every server process's CPU time is sampled around each phase, so the JSON also holds CPU seconds per million
 messages for the workers, the bookies and the clients. The model in docs/BENCHMARKS.md turns those into the
 expected ratio on 8 and 16 cores (``model``): a worker and a bookie are one Python thread each, so
-throughput ≤ min(workers / worker_cost, 3 / bookie_cost, cores / (worker_cost + bookie_cost)),
-plus the disk's fsync'd bandwidth for produce. Clients are assumed to run elsewhere in the model.
+throughput ≤ min(workers / worker_cost, bookies / bookie_cost, cores / (worker_cost + bookie_cost)),
+plus the disk's fsync'd bandwidth for produce. The model is given for the default 3 bookie processes and for
+the ``--bookies B`` that lets the cores, not the bookies, be the bound (``bookies_for``). Clients are assumed
+to run elsewhere in the model.
 
 Child side: ``python -m loadtest.bench.cores client produce|catchup URL TOPIC COUNT BATCH``.
 """
@@ -22,6 +24,7 @@ Child side: ``python -m loadtest.bench.cores client produce|catchup URL TOPIC CO
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -186,16 +189,18 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def capacity_msg_per_s(cores_: int, workers: int, worker_cpu_s_per_m: float, bookie_cpu_s_per_m: float,
-                       disk_bytes_per_s: float | None, message_bytes: int = MESSAGE_BYTES) -> dict:
+                       disk_bytes_per_s: float | None, message_bytes: int = MESSAGE_BYTES,
+                       bookies: int = BOOKIES) -> dict:
     """The model: each limit in msg/s, and the least of them. A worker and a bookie are one Python thread each
-    (a process per worker; 3 bookie processes sharing the entries evenly); every process needs CPU from the same
-    ``cores_``; a produced message is fsync'd in WRITE_QUORUM journals on one disk (the entry logs are written
-    later in large unsynced writes, and are left out)."""
+    (a process per worker; ``bookies`` bookie processes sharing the entries evenly, so their summed CPU per
+    message -- ``bookie_cpu_s_per_m``, Qw replicas' work -- does not depend on how many there are); every process
+    needs CPU from the same ``cores_``; a produced message is fsync'd in WRITE_QUORUM journals on one disk (the
+    entry logs are written later in large unsynced writes, and are left out)."""
     w, b = worker_cpu_s_per_m / 1e6, bookie_cpu_s_per_m / 1e6
-    limits = {
-        "workers": workers / w if w else float("inf"),
-        "bookies": BOOKIES / b if b else float("inf"),
+    limits = {  # "cores" first: when the bookies (or workers) exactly fill their share, the cores are the bound
         "cores": cores_ / (w + b) if w + b else float("inf"),
+        "workers": workers / w if w else float("inf"),
+        "bookies": bookies / b if b else float("inf"),
     }
     if disk_bytes_per_s:
         limits["disk"] = disk_bytes_per_s / (message_bytes * WRITE_QUORUM)
@@ -203,9 +208,20 @@ def capacity_msg_per_s(cores_: int, workers: int, worker_cpu_s_per_m: float, boo
     return {"msg_per_s": limits[bound], "bound_by": bound, "limits": limits}
 
 
+def bookies_for(cores_: int, worker_cpu_s_per_m: float, bookie_cpu_s_per_m: float) -> int:
+    """The ``--bookies`` for a worker per core on ``cores_`` cores: the fewest (at least the default 3) whose
+    capacity, bookies / bookie cost, reaches what the cores can give, cores / (worker + bookie cost); the bookies
+    then take about their share of the CPU per message."""
+    total = worker_cpu_s_per_m + bookie_cpu_s_per_m
+    if total <= 0:
+        return BOOKIES
+    return max(BOOKIES, math.ceil(cores_ * bookie_cpu_s_per_m / total - 1e-9))
+
+
 def model(reference: dict, disk_bytes_per_s: float) -> dict:
     """From the 1-worker run's CPU per message: N workers against 1 on bigger machines, with this one disk and with
-    a disk that is never the limit (clients run elsewhere)."""
+    a disk that is never the limit (clients run elsewhere); N workers with the default 3 bookies
+    (``n_workers``) and with ``bookies_for`` bookies (``n_workers_more_bookies``)."""
     out = {}
     for name, phase, *_ in PHASES:
         costs = reference[name]
@@ -213,9 +229,14 @@ def model(reference: dict, disk_bytes_per_s: float) -> dict:
         for n in MODEL_CORES:
             row = {}
             for disk_label, disk in (("this_disk", disk_bytes_per_s if phase == "produce" else None), ("cpu_only", None)):
-                one = capacity_msg_per_s(n, 1, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
-                many = capacity_msg_per_s(n, n, costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"], disk)
-                row[disk_label] = {"one_worker": one, "n_workers": many, "ratio": many["msg_per_s"] / one["msg_per_s"]}
+                w, b = costs["worker_cpu_s_per_m"], costs["bookie_cpu_s_per_m"]
+                one = capacity_msg_per_s(n, 1, w, b, disk)
+                many = capacity_msg_per_s(n, n, w, b, disk)
+                bookies = bookies_for(n, w, b)
+                more = {**capacity_msg_per_s(n, n, w, b, disk, bookies=bookies), "bookies": bookies}
+                row[disk_label] = {"one_worker": one, "n_workers": many, "ratio": many["msg_per_s"] / one["msg_per_s"],
+                                   "n_workers_more_bookies": more,
+                                   "ratio_more_bookies": more["msg_per_s"] / one["msg_per_s"]}
             rows[str(n)] = row
         out[name] = rows
     return out
@@ -274,10 +295,14 @@ def _print(r: dict, labels: list[str]) -> None:
                 model_rows.append({"phase": name, "cores": n, "disk": disk_label,
                                    "1 worker msg/s": m["one_worker"]["msg_per_s"], "bound": m["one_worker"]["bound_by"],
                                    "N workers msg/s": m["n_workers"]["msg_per_s"], "bound ": m["n_workers"]["bound_by"],
-                                   "ratio": m["ratio"]})
+                                   "ratio": m["ratio"], "--bookies": m["n_workers_more_bookies"]["bookies"],
+                                   "N workers, --bookies msg/s": m["n_workers_more_bookies"]["msg_per_s"],
+                                   "bound  ": m["n_workers_more_bookies"]["bound_by"],
+                                   "ratio ": m["ratio_more_bookies"]})
     print_table(f"model (from the 1-worker run's CPU per message; clients elsewhere; disk "
                 f"{r['disk_64k']['mb_per_s']:.0f} MB/s fsync'd in 64 KiB writes)", model_rows,
-                ["phase", "cores", "disk", "1 worker msg/s", "bound", "N workers msg/s", "bound ", "ratio"])
+                ["phase", "cores", "disk", "1 worker msg/s", "bound", "N workers msg/s", "bound ", "ratio", "--bookies",
+                 "N workers, --bookies msg/s", "bound  ", "ratio "])
 
 
 if __name__ == "__main__":

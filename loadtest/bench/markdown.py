@@ -426,15 +426,20 @@ def _cores(r: dict) -> list[str]:
                          f"{p['ratio_to_1_worker']:.2f}", " / ".join(_n(v / 1000) + "k" for v in p["rounds_msg_per_s"]),
                          _n(cpu, 1), _n(p["bookie_cpu_s_per_m"], 1), _n(p["client_cpu_s_per_m"], 1)])
     model_rows = []
+    has_more = any("n_workers_more_bookies" in m for by_cores in r["model"].values() for row in by_cores.values()
+                   for m in row.values())
     for phase, by_cores in r["model"].items():
         for n, row in by_cores.items():
             for disk, m in row.items():
                 if phase == "catchup" and disk == "this_disk":
                     continue
+                more = m.get("n_workers_more_bookies")  # absent from results of before --bookies existed
                 model_rows.append([CORES_PHASES.get(phase, phase), n, "this disk" if disk == "this_disk" else "CPU only",
                                    f"{_n(m['one_worker']['msg_per_s'])} ({m['one_worker']['bound_by']})",
                                    f"{_n(m['n_workers']['msg_per_s'])} ({m['n_workers']['bound_by']})",
-                                   f"{m['ratio']:.2f}"])
+                                   f"{m['ratio']:.2f}",
+                                   *([f"{_n(more['msg_per_s'])} ({more['bound_by']}), --bookies {more['bookies']}",
+                                      f"{m['ratio_more_bookies']:.2f}"] if more else [])])
     return ["## Use every core: broker workers", "",
             f"`broker standalone --workers K` (3 bookie processes, K broker-worker processes, E2/Qw2/Qa2, fsync on) "
             f"with K = 1 (the reference) and K = {r['cores']} (one per core), and `--single-process`, each fresh, "
@@ -445,12 +450,14 @@ def _cores(r: dict) -> list[str]:
             *_table(["deployment", "phase", "msg/s", "vs 1 worker", "rounds", "broker CPU s/M", "bookies CPU s/M",
                      "clients CPU s/M"], rows),
             f"The model (below) takes the 1-worker run's CPU per message: a worker and a bookie are each one "
-            f"Python thread, so msg/s ≤ workers / worker cost, ≤ 3 / bookie cost (3 bookie processes), "
-            f"≤ cores / (worker + bookie cost), and for produce ≤ the disk's fsync'd bandwidth "
+            f"Python thread, so msg/s ≤ workers / worker cost, ≤ bookies / bookie cost (3 bookie processes, or "
+            f"`--bookies B`), ≤ cores / (worker + bookie cost), and for produce ≤ the disk's fsync'd bandwidth "
             f"({_n(r['disk_64k']['mb_per_s'])} MB/s in 64 KiB writes, this run) / (100 B x Qw 2 journals); clients "
-            "run elsewhere.", "",
+            "run elsewhere. The last two columns give the bookies their share of the cores: `--bookies B` with B "
+            "the fewest (at least 3) for which the bookies stop being the bound.", "",
             *_table(["phase", "cores", "disk", "1 worker msg/s (bound)", "one worker per core msg/s (bound)",
-                     "ratio"], model_rows),
+                     "ratio", *(["one worker per core, more bookies msg/s (bound)", "ratio"] if has_more else [])],
+                    model_rows),
             _reproduce("cores"), ""]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -24,6 +25,16 @@ def test_worker_zero_keeps_the_configured_listeners_and_the_others_get_their_own
         (6650, 8080, 4181), (40000, 40001, None), (40002, 40003, None)]
     assert {p.metadata_store_url for p in plans} == {URL}
     assert len({p.broker_id for p in plans}) == 3  # each is its own broker of the cluster
+
+
+def test_worker_zero_is_told_the_other_workers_web_urls_to_merge_their_metrics_into_its_own():
+    config = BrokerConfig(metadata_store_url="file:///d/metadata", port=6650, http_port=8080)
+    plans = plan_workers(config, 3, URL, ports())
+    assert plans[0].metrics_worker_urls == ("http://127.0.0.1:40001", "http://127.0.0.1:40003")
+    assert [p.metrics_worker_urls for p in plans[1:]] == [(), ()]  # they serve their own only: no loop
+    https_only = BrokerConfig(metadata_store_url="x://", http_port=None, https_port=8443, tls_port=6651)
+    assert plan_workers(https_only, 2, URL, ports())[0].metrics_worker_urls == ("https://127.0.0.1:40002",)
+    assert plan_workers(config, 1, URL, ports())[0].metrics_worker_urls == ()
 
 
 def test_a_listener_that_is_off_stays_off_on_every_worker_and_tls_gets_its_own_ports():
@@ -71,3 +82,48 @@ def test_without_workers_asked_for_one_per_core_unless_only_one_broker_can_serve
     from broker.workers import workers_for
 
     assert workers_for(BrokerConfig(metadata_store_url="x://", **changes), 4) == expected
+
+
+@pytest.mark.parametrize("count, quorums, message", [
+    (3, (2, 2, 2), None),
+    (4, (3, 2, 2), None),
+    (1, (1, 1, 1), None),  # Pulsar's own standalone layout, on one bookie
+    (26, (2, 2, 2), None),
+    (1, (2, 2, 2), "--bookies 1 is fewer than the ledger ensemble size"),
+    (2, (3, 3, 2), "run --bookies 3 or more, or lower E/Qw/Qa (now 3/3/2)"),
+    (0, (1, 1, 1), "--bookies must be between 1 and 26, not 0"),
+    (27, (2, 2, 2), "--bookies must be between 1 and 26, not 27"),
+])
+def test_the_bookie_count_must_hold_an_ensemble(count, quorums, message):
+    from broker.workers import check_bookie_count
+
+    e, qw, qa = quorums
+    config = BrokerConfig(metadata_store_url="x://", managed_ledger_ensemble_size=e, managed_ledger_write_quorum=qw,
+                          managed_ledger_ack_quorum=qa).validate()
+    if message is None:
+        check_bookie_count(count, config)
+    else:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_bookie_count(count, config)
+
+
+def test_more_bookies_get_the_next_letters_ports_and_the_three_zones_in_turn(tmp_path):
+    from broker.standalone import standalone_bookie_configs
+
+    configs = standalone_bookie_configs(tmp_path, "memory://x", 3181, first_http_port=8000, count=5)
+    assert [(c.bookie_id, c.data_dir.name, c.port, c.http_port, c.network_location) for c in configs] == [
+        ("standalone-bookie-a", "bookie-a", 3181, 8000, "/zone-a/ud0"),
+        ("standalone-bookie-b", "bookie-b", 3182, 8001, "/zone-b/ud1"),
+        ("standalone-bookie-c", "bookie-c", 3183, 8002, "/zone-c/ud2"),
+        ("standalone-bookie-d", "bookie-d", 3184, 8003, "/zone-a/ud3"),
+        ("standalone-bookie-e", "bookie-e", 3185, 8004, "/zone-b/ud4")]
+    assert len(standalone_bookie_configs(tmp_path, "memory://x", 3181)) == 3
+
+
+def test_bookie_directories_of_an_earlier_larger_run_are_named(tmp_path):
+    from broker.workers import missing_bookie_dirs
+
+    for name in ("bookie-a", "bookie-b", "bookie-c", "bookie-d", "metadata"):
+        (tmp_path / name).mkdir()
+    assert missing_bookie_dirs(tmp_path, 2) == ["bookie-c", "bookie-d"]
+    assert missing_bookie_dirs(tmp_path, 4) == []

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -39,8 +40,9 @@ def official_client(broker: BrokerProcess) -> pulsar.Client:
 def workers_standalone(tmp_path):
     started: list[BrokerProcess] = []
 
-    def start(data_dir: Path | None = None, workers: int | None = WORKERS, env: dict | None = None) -> BrokerProcess:
-        broker = BrokerProcess(data_dir or tmp_path / "data", workers=workers, env=env or {})
+    def start(data_dir: Path | None = None, workers: int | None = WORKERS, env: dict | None = None,
+              **options) -> BrokerProcess:
+        broker = BrokerProcess(data_dir or tmp_path / "data", workers=workers, env=env or {}, **options)
         started.append(broker)
         return broker.start(timeout_s=120)
 
@@ -162,6 +164,10 @@ def test_children_die_with_a_killed_supervisor(workers_standalone):
 @pytest.mark.parametrize("flags, reason", [
     (["--workers", "0"], "--workers must be between 1 and 64"),
     (["--workers", "2", "--port", "0"], "port 0 (any) cannot be the cluster's advertised port"),
+    # The default ledgers are E2/Qw2/Qa2: one bookie cannot hold an ensemble, in either mode.
+    (["--bookies", "1"], "--bookies 1 is fewer than the ledger ensemble size managedLedgerDefaultEnsembleSize"),
+    (["--single-process", "--bookies", "1"], "run --bookies 2 or more, or lower E/Qw/Qa (now 2/2/2)"),
+    (["--bookies", "27"], "--bookies must be between 1 and 26, not 27"),
 ])
 def test_a_plan_that_cannot_work_is_refused_before_any_child_starts(tmp_path, flags, reason):
     from storage.testing.processes import VENV_BIN, free_port
@@ -187,7 +193,7 @@ def test_token_lookups_over_http_reach_topics_of_every_worker(workers_standalone
                            check=True, capture_output=True, text=True).stdout.strip()
     broker = workers_standalone(env={
         "MAGNETAR_BROKER_AUTHENTICATION_ENABLED": "true", "MAGNETAR_BROKER_AUTHENTICATION_PROVIDERS": "token",
-        "MAGNETAR_BROKER_TOKEN_SECRET_KEY": f"file://{secret}"})
+        "MAGNETAR_BROKER_TOKEN_SECRET_KEY": f"file://{secret}", "MAGNETAR_BROKER_AUTHENTICATE_METRICS_ENDPOINT": "true"})
     client = pulsar.Client(broker.web_url, authentication=pulsar.AuthenticationToken(token),
                            operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
@@ -202,6 +208,14 @@ def test_token_lookups_over_http_reach_topics_of_every_worker(workers_standalone
             if len(_workers_owning_bundles(broker)) == WORKERS:
                 break
         assert len(_workers_owning_bundles(broker)) == WORKERS, "all topics landed on one worker: nothing relayed"
+        # With authenticateMetricsEndpoint, worker 0 passes the scraper's token on to the other workers.
+        scrape = urllib.request.Request(f"{broker.web_url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(scrape, timeout=30) as resp:
+            text = resp.read().decode()
+        assert all(f'magnetar_worker_up{{worker="{i}"}} 1.0' in text for i in range(WORKERS)), text[-500:]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=30)
+        assert refused.value.code == 401
     finally:
         client.close()
 
@@ -237,3 +251,92 @@ def test_topic_admin_through_the_advertised_port_reaches_the_worker_that_serves_
 def _json_at(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=30) as resp:
         return json.loads(resp.read())
+
+
+def test_one_scrape_of_the_advertised_metrics_covers_the_topics_of_every_worker(workers_standalone):
+    """Prometheus and the Grafana dashboard scrape the advertised HTTP port, worker 0's: it merges the other
+    workers' expositions into its own (broker/http/workers_metrics.py)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    broker = workers_standalone()
+    client = official_client(broker)
+    try:
+        by_owner = topics_on_each_worker(broker, client, "scraped")
+        sent = {}
+        for n, topic in enumerate(by_owner.values(), start=3):
+            consumer = client.subscribe(topic, "dash")
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(n):
+                producer.send(b"m%d" % i)
+            producer.close()
+            consumer.close()
+            sent[topic] = n
+        with urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    finally:
+        client.close()
+    series: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):  # Prometheus's parser: also refuses duplicate families
+        for sample in family.samples:
+            key = tuple(sorted(sample.labels.items()))
+            assert key not in series.setdefault(sample.name, {}), f"duplicate series {sample.name}{dict(key)}"
+            series[sample.name][key] = sample.value
+
+    def of_topic(name: str, topic: str, **labels) -> float:
+        wanted = {"cluster": "standalone", "namespace": "public/default", "topic": topic, **labels}
+        return series[name][tuple(sorted(wanted.items()))]
+
+    for topic, n in sent.items():  # one topic owned by each worker, both in the one scrape
+        assert of_topic("pulsar_in_messages_total", topic) == n
+        assert of_topic("pulsar_subscription_back_log", topic, subscription="dash") == n
+    assert series["magnetar_worker_up"] == {(("worker", str(i)),): 1.0 for i in range(WORKERS)}
+    topics_seen = {dict(k)["topic"] for k in series["pulsar_storage_size"]}
+    assert series["pulsar_topics_count"][()] == len(topics_seen) >= len(sent)  # the host's topics, summed
+    assert set(series["magnetar_stats_samples_total"]) == {(("worker", str(i)),) for i in range(WORKERS)}
+    # The Grafana dashboard's broker metrics are all in the merged scrape.
+    from tests.official_client.test_metrics import DASHBOARD, dashboard_queries, promql_metric_names
+
+    used = set().union(*map(promql_metric_names, dashboard_queries(json.loads(DASHBOARD.read_text()))))
+    assert sorted(n for n in used if n.startswith("pulsar_") and n not in series) == []
+
+
+def test_four_bookies_register_and_serve_produce_and_consume_in_either_mode(workers_standalone, tmp_path):
+    """``--bookies 4``: four bookie processes (ids a..d, zones a, b, c, a), all registered; ledgers of E2 are placed
+    on them and the official client's messages come back, then again from ``--single-process --bookies 4``."""
+    from storage.testing.processes import free_port_block
+
+    broker = workers_standalone(bookie_port=free_port_block(4), extra_args=["--bookies", "4"])
+    assert sorted(standalone_children(broker.proc.pid)) == [f"bookie-{z}" for z in "abcd"] + [
+        f"worker-{i}" for i in range(WORKERS)]
+    assert "4 bookie processes, data in" in broker.log_since_start()
+    registered = _json_at(f"{broker.web_url}/admin/v2/bookies/all")["bookies"]
+    assert sorted(b["bookieId"] for b in registered) == [f"standalone-bookie-{z}" for z in "abcd"]
+    racks = _json_at(f"{broker.web_url}/admin/v2/bookies/racks-info")["default"]
+    assert racks["standalone-bookie-d"]["rack"] == "/zone-a/ud3"
+    client = official_client(broker)
+    try:
+        topics = list(topics_on_each_worker(broker, client, "four-bookies").values())
+        for topic in topics:
+            consumer = client.subscribe(topic, "s")
+            producer = client.create_producer(topic, batching_enabled=True)
+            for i in range(100):
+                producer.send_async(b"%d" % i, None)
+            producer.flush()
+            producer.close()
+            assert [consumer.receive(30_000).data() for _ in range(100)] == [b"%d" % i for i in range(100)]
+            consumer.close()
+    finally:
+        client.close()
+    assert broker.stop(timeout_s=60) == 0
+
+    single = workers_standalone(tmp_path / "data", workers=None, bookie_port=free_port_block(4),
+                                extra_args=["--bookies", "4"])
+    assert single.log_since_start().count(" serving (bookie://") == 4
+    client = official_client(single)
+    try:
+        for topic in topics:
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            assert [reader.read_next(30_000).data() for _ in range(100)] == [b"%d" % i for i in range(100)]
+            reader.close()
+    finally:
+        client.close()

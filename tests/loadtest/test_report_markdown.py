@@ -146,3 +146,18 @@ def test_the_cores_suite_gets_its_table_and_model(tmp_path):
     assert "| 2-workers | catch-up read | 152,911 | 1.47 |" in section
     assert "| produce, batches of 10 | 16 | CPU only | 21,622 (workers) | 80,000 (bookies) | 3.70 |" in section
     assert "Reproduce: `python -m loadtest.bench cores" in section
+
+
+def test_the_cores_model_shows_the_bookies_each_core_count_needs(tmp_path):
+    from loadtest.bench.cores import model
+
+    doc = copy.deepcopy(DOC)
+    cores = json.loads((Path(__file__).parent / "data" / "bench-cores-quick.json").read_text())["results"]
+    cores["model"] = model(cores["1-worker"], cores["disk_64k"]["mb_per_s"] * 1e6)  # as a run now computes it
+    doc["results"]["cores"] = cores
+    text = write_report(doc, tmp_path, "python -m loadtest.bench all --report docs/").read_text()
+    section = text.split("## Use every core: broker workers", 1)[1].split("\n## ", 1)[0]
+    assert "| one worker per core, more bookies msg/s (bound) | ratio |" in section
+    assert ("| produce, batches of 10 | 16 | CPU only | 21,622 (workers) | 80,000 (bookies) | 3.70 | "
+            "191,045 (cores), --bookies 8 | 8.84 |") in section
+    assert "≤ bookies / bookie cost (3 bookie processes, or `--bookies B`)" in section
