@@ -76,9 +76,6 @@ from storage.protocol import LAST_ENTRY
 
 log = logging.getLogger(__name__)
 
-# An entry at least this large has its digest checked on a worker thread, not on the event loop.
-VERIFY_OFF_LOOP_BYTES = 256 * 1024
-
 class Bookie:
     """One bookie's storage. Create with ``await Bookie.open(config)``."""
 
@@ -205,13 +202,7 @@ class Bookie:
         try:
             if self._closing:
                 raise BookieShuttingDownError("bookie is shutting down")
-            if len(body) >= VERIFY_OFF_LOOP_BYTES:
-                # crc32c releases the GIL: a 5 MiB entry's digest (2-4 ms) no longer holds up every other add.
-                lac, length = await self._loop.run_in_executor(None, digest.verify_header, body, ledger_id, entry_id)
-                if self._closing:
-                    raise BookieShuttingDownError("bookie is shutting down")
-            else:
-                lac, length = digest.verify_header(body, ledger_id, entry_id)
+            lac, length = digest.verify_header(body, ledger_id, entry_id)
             if not LAST_ENTRY <= lac < entry_id or length < 0:
                 # The LAC rides on every entry and READ_LAC reports the highest: one beyond its own entry would
                 # have readers and recovery look for entries that were never written.

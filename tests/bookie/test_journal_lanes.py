@@ -256,33 +256,3 @@ async def test_kill_9_loses_no_acknowledged_entry_of_either_lane(tmp_path):
             assert await b.read_entry(1, e) == digest.package(1, e, e - 1, 0, bytes([e % 251]) * size)
     finally:
         await b.close()
-
-
-async def test_a_large_entrys_digest_is_checked_off_the_event_loop(tmp_path, monkeypatch):
-    """While a large entry's digest is being checked, the loop serves small adds (crc32c releases the GIL)."""
-    from storage.bookie import bookie as bookie_module
-
-    checking, release = threading.Event(), threading.Event()
-    real = digest.verify_header
-
-    def verify_header(body, ledger_id, entry_id):
-        if len(body) >= LARGE:
-            checking.set()
-            if not release.wait(DEADLINE_S):
-                raise OSError("the test never released the digest check")
-        return real(body, ledger_id, entry_id)
-
-    monkeypatch.setattr(bookie_module.digest, "verify_header", verify_header)
-    b = await Bookie.open(make_config(tmp_path))
-    try:
-        large = asyncio.ensure_future(b.add_entry(1, 0, entry(1, 0, LARGE), KEY, False))
-        await asyncio.wait_for(asyncio.to_thread(checking.wait, DEADLINE_S), DEADLINE_S)
-        small = asyncio.ensure_future(b.add_entry(2, 0, entry(2, 0), KEY, False))
-        done, _ = await asyncio.wait({small}, timeout=DEADLINE_S / 2)
-        assert small in done and small.exception() is None
-        assert not large.done()
-        release.set()
-        await asyncio.wait_for(large, DEADLINE_S)
-    finally:
-        release.set()
-        await b.close()
