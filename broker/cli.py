@@ -22,6 +22,7 @@ from broker.config import BrokerConfig, load_config
 from broker.security import tokens_cli
 from broker.standalone_layout import DEFAULT_BOOKIES, MAX_BOOKIES, check_bookie_count
 from broker.workers import default_workers, missing_bookie_dirs, workers_for
+from storage.large_buffers import keep_large_buffers
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     _use_uvloop()
+    keep_large_buffers()
     bookie_http_port = getattr(args, "bookie_http_port", 0)
     if data_dir is not None and not args.single_process:
         workers = args.workers

@@ -39,8 +39,10 @@ def child_main(name: str) -> int:
     logging.basicConfig(level=log_level.upper(),
                         format=f"%(asctime)s %(levelname)s [{name}] %(name)s: %(message)s")
     from broker.cli import _serve, _use_uvloop
+    from storage.large_buffers import keep_large_buffers
 
     _use_uvloop()
+    keep_large_buffers()
     if kind == "bookie":
         from storage.bookie.cli import _serve as serve_bookie
 

@@ -55,16 +55,8 @@ from prometheus_client import CollectorRegistry
 from storage import digest
 from storage.bookie.config import BookieConfig
 from storage.bookie.index import LedgerDescriptor
-from storage.bookie.journal import (
-    ADD,
-    FENCE,
-    MASTER_KEY,
-    Journal,
-    JournalPosition,
-    JournalRecord,
-    read_mark,
-    write_mark,
-)
+from storage.bookie.journal import ADD, FENCE, MASTER_KEY, JournalRecord
+from storage.bookie.journal_lanes import JournalLanes, LaneMarks
 from storage.bookie.journal_damage import DamageJudge, policy_only, settle_damage
 from storage.bookie.ledger_storage import FlushSnapshot, LedgerStorage, tree_size_bytes
 from storage.bookie.metrics import FAILURE_REASONS, BookieMetrics
@@ -95,8 +87,8 @@ class Bookie:
         self._storage_thread = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
         self._read_pool = ThreadPoolExecutor(4, thread_name_prefix="bookie-read")
         self._storage: LedgerStorage = None  # type: ignore[assignment]  # set by open()
-        self._journal: Journal = None  # type: ignore[assignment]
-        self._mark: JournalPosition | None = None
+        self._journal: JournalLanes = None  # type: ignore[assignment]
+        self._mark: LaneMarks | None = None
         self._checkpoint_task: asyncio.Task | None = None
         self._periodic: asyncio.Task | None = None
         self._closing = False
@@ -130,16 +122,16 @@ class Bookie:
             self._storage = await self._in_storage(
                 lambda: LedgerStorage(config, on_entry_log_write=self.metrics.entry_log_bytes.inc)
             )
-            self._journal = Journal(
+            self._journal = JournalLanes(
                 config.journal_dir, config, fsync=fsync, clock=clock, observe_group=self.metrics.observe_group
             )
-            self._mark = read_mark(config.journal_dir)
+            self._mark = self._journal.read_marks()
             self.replayed_records = await self._in_storage(self._replay)
             # Before the journal starts: nothing has been deleted or written yet.
-            self.journal_damage = await settle_damage(
-                config.journal_dir, self._journal.damage, set(self._storage.states),
-                judge_damage or policy_only(config), self._in_storage,
-            )
+            for lane_dir, damage in self._journal.damage_by_lane():
+                self.journal_damage = await settle_damage(
+                    lane_dir, damage, set(self._storage.states), judge_damage or policy_only(config), self._in_storage,
+                ) or self.journal_damage
             self._journal.start(self._loop, self._apply_durable, self._mark)
             await self.checkpoint()
         except BaseException:
@@ -448,6 +440,7 @@ class Bookie:
         await asyncio.shield(self._start_checkpoint())
 
     def _start_checkpoint(self) -> asyncio.Task:
+        # Both lanes' positions before the swap: everything they cover is in this snapshot or an earlier one.
         position = self._journal.synced_position
         snapshot = self._storage.begin_flush()
         task = self._loop.create_task(self._finish_checkpoint(snapshot, position))
@@ -455,7 +448,7 @@ class Bookie:
         self._checkpoint_task = task
         return task
 
-    async def _finish_checkpoint(self, snapshot: FlushSnapshot, position: JournalPosition) -> None:
+    async def _finish_checkpoint(self, snapshot: FlushSnapshot, position: LaneMarks) -> None:
         started = time.perf_counter()
         try:
             ok = False
@@ -466,15 +459,11 @@ class Bookie:
             finally:
                 self._storage.end_flush(snapshot, ok)
             if position != self._mark:
-                await self._in_storage(self._advance_mark, position)
+                await self._in_storage(self._journal.advance_marks, position, self._mark)
                 self._mark = position
         finally:
             self._checkpoint_task = None
         self.metrics.checkpoint_latency.observe(time.perf_counter() - started)
-
-    def _advance_mark(self, position: JournalPosition) -> None:
-        write_mark(self.config.journal_dir, position)
-        self._journal.remove_files_before(position.file_id)
 
     async def _checkpoint_periodically(self) -> None:
         interval_s = self.config.flush_interval_ms / 1000.0

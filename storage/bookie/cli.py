@@ -17,6 +17,7 @@ from pathlib import Path
 from storage.bookie.config import BookieConfig, load_config
 from storage.errors import BookieStartupError, MetadataError, StorageError
 from storage.tools import shell
+from storage.large_buffers import keep_large_buffers
 
 EXIT_REFUSED = 2
 
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _use_uvloop()
+    keep_large_buffers()
     return COMMANDS[args.command](args)
 
 

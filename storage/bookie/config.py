@@ -40,6 +40,9 @@ class BookieConfig:
     journal_buffered_writes_threshold_bytes: int = 512 * 1024
     journal_flush_when_queue_empty: bool = False
     journal_max_file_size_bytes: int = 512 * 1024 * 1024
+    # ADDs this large or larger go to a journal lane of their own (<journal_dir>/large, journal_lanes.py), so a
+    # small add never waits behind a large one's write and fdatasync; 0 puts every record in one lane.
+    journal_large_record_bytes: int = 256 * 1024
     # Journal damage other than a torn tail (journal_damage.py): "auto" starts
     # read-only unless a ledger here may have no other copy, then refuses;
     # "refuse" always refuses to start.
@@ -150,6 +153,8 @@ class BookieConfig:
             raise ValueError(
                 f"journal_corruption_policy must be 'auto' or 'refuse', got {self.journal_corruption_policy!r}"
             )
+        if self.journal_large_record_bytes < 0:
+            raise ValueError(f"journal_large_record_bytes must be >= 0 (0: one lane), got {self.journal_large_record_bytes}")
         if self.journal_buffered_writes_threshold_bytes <= 0:
             raise ValueError("journal_buffered_writes_threshold_bytes must be > 0")
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:

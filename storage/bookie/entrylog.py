@@ -35,6 +35,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
+from storage.bookie import file_writes
 from storage.bookie.journal import fsync_dir
 
 MAGIC = b"MGEL"
@@ -47,6 +48,12 @@ RECORD_OVERHEAD = _RECORD.size  # 20 bytes in front of each packaged entry
 # Flush the in-memory buffer to the file once it holds this much, so one
 # flush of a 64 MiB write cache does not build a 64 MiB bytes object.
 _WRITE_CHUNK_BYTES = 1024 * 1024
+# Write the log's dirty pages back (and wait) whenever this much was written since the last time. A checkpoint
+# appends up to the whole write cache (64 MiB) and then fsyncs; left to the fsync, all of it reached the device
+# queue at once, and every journal fdatasync on that disk -- each small add's acknowledgement -- queued behind it
+# (measured under a 5 MiB producer: 40-60 MB per checkpoint, entry-log fsyncs of 24-77 ms). In steps, a journal
+# sync waits behind one step at most. Durability is unchanged: the flush still ends with fsync.
+WRITEBACK_STEP_BYTES = 4 * 1024 * 1024
 
 
 class EntryLocation(NamedTuple):
@@ -88,10 +95,15 @@ class EntryLogger:
         max_file_size_bytes: int,
         *,
         on_write: Callable[[int], None] | None = None,
+        write_back: Callable[[int], None] | None = file_writes.write_back,
+        write_back_step_bytes: int = WRITEBACK_STEP_BYTES,
     ):
         self.dir = Path(ledger_dir)
         self._max = max_file_size_bytes
         self._on_write = on_write
+        self._write_back = write_back
+        self._write_back_step = write_back_step_bytes
+        self._unwritten_back = 0  # bytes written to the current log since its last write-back
         self._fd = -1
         self._log_id = 0
         self._pos = 0  # logical end of the current log, buffered bytes included
@@ -178,6 +190,10 @@ class EntryLogger:
             view.release()
         if self._on_write is not None:
             self._on_write(written)
+        self._unwritten_back += written
+        if self._write_back is not None and self._unwritten_back >= self._write_back_step:
+            self._write_back(self._fd)
+            self._unwritten_back = 0
 
     def _replace_broken_log(self) -> None:
         self._roll(self._log_id + 1, sync_current=False)
@@ -199,7 +215,7 @@ class EntryLogger:
             raise
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd, self._log_id, self._pos = fd, log_id, HEADER_SIZE
+        self._fd, self._log_id, self._pos, self._unwritten_back = fd, log_id, HEADER_SIZE, 0
 
     def delete(self, log_id: int) -> None:
         if log_id == self._log_id:

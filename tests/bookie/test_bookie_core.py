@@ -401,7 +401,7 @@ async def test_checkpoint_moves_mark_and_removes_old_journal_files(tmp_path):
     assert len(list_journal_files(config.journal_dir)) > 3
     await b.checkpoint()
     mark = read_mark(config.journal_dir)
-    assert mark == b._journal.synced_position
+    assert mark == b._journal.synced_position.main
     assert list_journal_files(config.journal_dir) == [mark.file_id]
     await b.halt()
     b = await Bookie.open(config)
