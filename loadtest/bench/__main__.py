@@ -49,15 +49,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="with `all`: write DIR/BENCHMARKS.md and its PNG charts from the results")
     parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
                         help="with `all`: run only these suites (the report covers what ran)")
+    parser.add_argument("--deployment", choices=("default", "single-process"), default=None,
+                        help="with `hostile`: a bare `broker standalone` (default: supervisor, bookie processes, a "
+                        "worker per core) or `broker standalone --single-process`")
+    parser.add_argument("--attacks", default=None, metavar="ATTACK,ATTACK",
+                        help="with `hostile`: run only these attacks (ack_bomb, poison_batch, silent_connections, "
+                        "producer_creates, far_future_acks, big_messages_unread)")
     args = parser.parse_args(argv)
     if (args.report or args.only) and args.suite != "all":
         parser.error("--report and --only need the `all` suite")
+    if (args.deployment or args.attacks) and args.suite != "hostile":
+        parser.error("--deployment and --attacks need the `hostile` suite")
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
     if args.only:
         kwargs["only"] = tuple(name.strip() for name in args.only.split(",") if name.strip())
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
+    if args.deployment:
+        kwargs["deployment"] = args.deployment
+    if args.attacks:
+        kwargs["attacks_to_run"] = tuple(name.strip() for name in args.attacks.split(",") if name.strip())
     # Every suite makes its data directories with tempfile: put them all in one scratch directory that goes when
     # the run ends (a full run writes gigabytes; left behind, they once filled the disk under the test suite).
     with tempfile.TemporaryDirectory(prefix="magnetar-bench-", ignore_cleanup_errors=True) as scratch:
