@@ -266,6 +266,12 @@ class ManagedCursor:
         """One ACK's individual acks at once: whole entries, and batch indexes as ``(position, acked mask,
         batch size)`` (as ``delete_batch_mask``). The state changes now; one future covers them all, so a
         1,000-id ACK schedules one durable write and one callback, not 1,000. ``throttle`` as for ``mark_delete``."""
+        self.apply_deletes(positions, batch_masks)
+        return self.persist_acks(throttle=throttle)
+
+    def apply_deletes(self, positions, batch_masks=()) -> None:
+        """``delete_many``'s change of the in-memory state alone: a caller applying one ACK in several parts
+        (broker.server.acks) calls this per part and ``persist_acks`` once, so the ACK is still one write."""
         self._check()
         whole = list(positions)
         for position, acked_mask, batch_size in batch_masks:
@@ -274,6 +280,10 @@ class ManagedCursor:
                 whole.append(position)
         if whole:
             self._delete_now(whole)
+
+    def persist_acks(self, *, throttle: bool = False) -> asyncio.Future:
+        """A durable write of everything applied so far; ``throttle`` as for ``mark_delete``."""
+        self._check()
         return self._persisted(throttle)
 
     def _delete_now(self, positions) -> None:
