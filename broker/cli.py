@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -126,6 +127,19 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def freeze_startup_heap() -> int:
+    """Take what starting built out of every later garbage collection; the count of objects frozen.
+
+    Why: a full (generation 2) collection walks every tracked object, and the ~50,000 the broker holds once it
+    has started -- modules, classes, functions, protobuf descriptors -- live as long as the process. Work that
+    allocates many short-lived containers (an ACK's ids) triggers a full collection every few seconds; each one
+    paused the event loop for 40-160 ms (measured on a busy 2-core machine during an ACK bomb), every client's
+    latency with it. Frozen, the walk covers only what was made since: under a millisecond."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int | None, bookie_http_port: int = 0,
                  bookies: int = DEFAULT_BOOKIES) -> int:
     from broker.errors import BrokerError
@@ -159,6 +173,7 @@ async def _serve(config: BrokerConfig, data_dir: Path | None, bookie_port: int |
     if standalone is not None:  # before the ready line, which scripts wait for: then these are there too
         for line in standalone.bookie_lines(config.advertised_address):
             print(line, flush=True)
+    freeze_startup_heap()
     mode = f"standalone, data in {data_dir.resolve()}" if data_dir is not None else f"metadata {config.metadata_store_url}"
     print(f"broker {config.broker_id} ready ({ready_urls(config.advertised_address, broker, http_port, https_port)}; "
           f"{mode})", flush=True)

@@ -23,6 +23,8 @@ scrape only reads it, so scrapers never skew each other. Gauges of state
 
 from __future__ import annotations
 
+import gc
+
 from broker.stats_window import TOPIC_FIELDS, Delta
 from broker.topics import lifecycle
 from storage.managed_ledger.stats import ADD_LATENCY_BOUNDS_MS, ENTRY_SIZE_BOUNDS_BYTES
@@ -150,6 +152,11 @@ def collect(service) -> _Families:
     g.add("pulsar_connection_write_buffer_max_bytes", "the most reply bytes waiting for any one client", "",
           max(buffered, default=0))
     g.add("pulsar_topics_count", "topics loaded in this broker", "", len(service.topics))
+    for generation, stats in enumerate(gc.get_stats()):
+        g.add("magnetar_gc_collections_total", "garbage collections of this generation", f'{{generation="{generation}"}}',
+              stats["collections"], kind="counter")
+    g.add("magnetar_gc_frozen_objects", "objects gc.freeze() took out of every collection (the startup heap: "
+          "broker/cli.py)", "", gc.get_freeze_count())
     g.add("magnetar_stats_samples_total", "times the stats window was sampled; rates change only when this does",
           "", window.samples_taken, kind="counter")
     g.add("magnetar_stats_window_seconds", "time the current rates are computed over (up to stats_update_frequency_s)",

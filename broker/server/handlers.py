@@ -18,7 +18,7 @@ from broker.errors import (
     TopicFencedError, UnsupportedVersionError,
 )
 from broker.security.authorization import Need, check, effective_role
-from broker.server import auth_handshake, schema_commands
+from broker.server import acks, auth_handshake, schema_commands
 from broker.server.field_bounds import check_producer, check_subscribe
 from broker.subscriptions import SubscriptionType
 from broker.subscriptions.consumer import Consumer
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 MAX_PROTOCOL_VERSION = 20
 LATEST_LEDGER_ID = (1 << 63) - 1
-# Ours: the clients group at most 1,000 acks into one ACK (ackGroupingMaxSize); this bounds one frame's work.
-MAX_ACK_MESSAGE_IDS = 10_000  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
 _producer_names = itertools.count()
 
 
@@ -367,52 +365,8 @@ def on_flow(conn, frame) -> None:
         binding.subscription.flow(binding.consumer, c.messagePermits)
 
 
-def _ack_ids(message_ids) -> list[tuple[Position, list[int] | None, int]]:
-    """(position, ack_set or None, batch_size) per id. Each field read through protobuf builds an object, and an
-    ACK carries up to 1,000 ids: the ack set is read once, and the batch size only when there is one."""
-    out = []
-    for m in message_ids:
-        ack_set = m.ack_set
-        out.append((Position(m.ledgerId, m.entryId), list(ack_set), m.batch_size) if ack_set
-                   else (Position(m.ledgerId, m.entryId), None, 0))
-    return out
-
-
 def on_ack(conn, frame) -> None:
-    c = frame.command.ack
-    binding = _binding(conn, c.consumer_id)
-    if not c.message_id:
-        raise NotAllowedError("ACK without message ids")
-    if len(c.message_id) > MAX_ACK_MESSAGE_IDS:
-        raise NotAllowedError(f"ACK with {len(c.message_id)} message ids; at most {MAX_ACK_MESSAGE_IDS} per ACK")
-    ids = _ack_ids(c.message_id)
-    cumulative = c.ack_type == pb.CommandAck.Cumulative
-    request_id = c.request_id if c.HasField("request_id") else None
-    pending, cursor = binding.consumer.pending, binding.subscription.cursor
-    undispatched = [position for position, _, _ in ids if position not in pending]
-    if undispatched:
-        conn.budget.undispatched_acks(len(undispatched))  # not bounded by what the broker sent: paced
-        invented = sum(1 for position in undispatched if not cursor.exists(position))
-        if invented:
-            conn.budget.wasted(invented)  # positions past the log's end cost the loop and move nothing
-    conn.tasks.ack_started(len(ids))
-
-    async def run():
-        try:
-            await binding.subscription.acknowledge(binding.consumer, cumulative, ids, receipt=request_id is not None)
-        except BrokerError as exc:
-            if request_id is not None:
-                conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(
-                    consumer_id=c.consumer_id, request_id=request_id, error=exc.code, message=str(exc)))
-            else:
-                log.warning("ack from %s failed: %s", conn.remote_address, exc)
-            return
-        finally:
-            conn.tasks.ack_finished(len(ids))
-        if request_id is not None:
-            conn.write(T.ACK_RESPONSE, ackResponse=pb.CommandAckResponse(consumer_id=c.consumer_id, request_id=request_id))
-
-    conn.tasks.spawn(run())
+    acks.on_ack(conn, frame, _binding(conn, frame.command.ack.consumer_id))
 
 
 def on_redeliver(conn, frame) -> None:

@@ -17,6 +17,12 @@ from typing import Iterable, NamedTuple
 Position = tuple  # (ledger_id, entry_id); any 2-tuple
 
 
+def _key(position) -> tuple:
+    """The dict key of ``position``: any tuple hashes and compares as the plain one (a Position is a NamedTuple),
+    so only a list is copied: an ACK looks each of its ids up here, twice, and the copies showed in its profile."""
+    return position if isinstance(position, tuple) else tuple(position)
+
+
 class PendingAck(NamedTuple):
     batch_size: int
     key_hash: int
@@ -98,7 +104,7 @@ class PendingAcks:
         return None if entry is None else PendingAck(entry[0], entry[1], frozenset(entry[2]))
 
     def batch_size(self, position) -> int | None:
-        entry = self._entries.get(tuple(position))
+        entry = self._entries.get(_key(position))
         return None if entry is None else entry[0]
 
     def key_hash(self, position) -> int | None:
@@ -109,7 +115,7 @@ class PendingAcks:
         return list(self._positions)
 
     def __contains__(self, position) -> bool:
-        return tuple(position) in self._entries
+        return _key(position) in self._entries
 
     def __len__(self) -> int:
         return len(self._entries)

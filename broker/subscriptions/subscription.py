@@ -139,18 +139,24 @@ class Subscription:
 
         An ack the client waits a receipt for (a request id) returns once it is durable; any other is written
         under the mark-delete rate (storage/managed_ledger/mark_delete_rate.py) and may return before."""
-        if cumulative and self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
-            raise NotAllowedError(f"cumulative ack is not allowed on a {self.type.name} subscription")
-        with persistence_errors(f"ack on {self.name} failed"):
-            if cumulative:
+        if cumulative:
+            self.check_cumulative()
+            with persistence_errors(f"ack on {self.name} failed"):
                 await self._ack_cumulative(consumer, *ids[-1], throttle=not receipt)
-            else:
-                await self._ack_individual(consumer, ids, throttle=not receipt)
-        self.dispatcher.on_ack()
+            self.dispatcher.on_ack()
+            return
+        self.ack_individual_now(consumer, ids)
+        await self.acks_applied(receipt=receipt)
 
-    async def _ack_individual(self, consumer: Consumer, ids, throttle: bool) -> None:
-        # Every change reaches the cursor's memory before the first await (see ManagedCursor), so a
-        # redelivery decided meanwhile -- e.g. the consumer closing right after acking -- already sees it.
+    def check_cumulative(self) -> None:
+        if self.type in (SubscriptionType.Shared, SubscriptionType.Key_Shared):
+            raise NotAllowedError(f"cumulative ack is not allowed on a {self.type.name} subscription")
+
+    def ack_individual_now(self, consumer: Consumer, ids) -> None:
+        """The in-memory part of individual acks (``ids`` as for ``acknowledge``): the cursor, the consumer's
+        pending entries and the redelivery queue change now, before any await, so a redelivery decided
+        meanwhile -- e.g. the consumer closing right after acking -- already sees them. One ACK may be applied
+        in several calls; ``acks_applied`` then makes them durable together."""
         whole, partial = [], []
         for position, ack_set, batch_size in ids:
             if ack_set is not None:
@@ -162,8 +168,9 @@ class Subscription:
                     partial.append((position, remaining, batch_size))
                     continue
             whole.append(position)
-        persisted = self.cursor.delete_many(whole, [(p, ~remaining & ((1 << size) - 1), size)
-                                                    for p, remaining, size in partial], throttle=throttle)
+        with persistence_errors(f"ack on {self.name} failed"):
+            self.cursor.apply_deletes(whole, [(p, ~remaining & ((1 << size) - 1), size)
+                                              for p, remaining, size in partial])
         pending = consumer.pending
         for position, remaining, batch_size in partial:
             if pending.batch_size(position):  # tracked: batch_size is the one dispatched
@@ -172,7 +179,13 @@ class Subscription:
                 self._forget(consumer, position)
         for position in whole:
             self._forget(consumer, position)
-        await persisted
+
+    async def acks_applied(self, *, receipt: bool = False) -> None:
+        """What ``ack_individual_now`` applied, made durable (with a receipt) or written under the mark-delete
+        rate (without); then the dispatcher may send what the acks freed."""
+        with persistence_errors(f"ack on {self.name} failed"):
+            await self.cursor.persist_acks(throttle=not receipt)
+        self.dispatcher.on_ack()
 
     def _batch_size(self, consumer: Consumer, position, ack_set: list[int], claimed: int) -> int:
         """The batch size an ack's bitset is read against: what the broker dispatched when it tracked the entry

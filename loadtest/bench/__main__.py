@@ -63,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
                              "spread, not a weaker comparison")
     parser.add_argument("--only", default=None, metavar="SUITE,SUITE",
                         help="with `all`: run only these suites (the report covers what ran)")
+    parser.add_argument("--deployment", choices=("default", "single-process"), default=None,
+                        help="with `hostile`: a bare `broker standalone` (default: supervisor, bookie processes, a "
+                        "worker per core) or `broker standalone --single-process`")
+    parser.add_argument("--attacks", default=None, metavar="ATTACK,ATTACK",
+                        help="with `hostile`: run only these attacks (ack_bomb, poison_batch, silent_connections, "
+                        "producer_creates, far_future_acks, big_messages_unread)")
     args = parser.parse_args(argv)
     if (args.report or args.only) and args.suite != "all":
         parser.error("--report and --only need the `all` suite")
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
     if args.rounds is not None and args.suite not in ("all", *ROUNDS_SUITES):
         parser.error(f"--rounds applies to all and to {', '.join(ROUNDS_SUITES)}")
+    if (args.deployment or args.attacks) and args.suite != "hostile":
+        parser.error("--deployment and --attacks need the `hostile` suite")
     module, only = SUITES[args.suite]
     kwargs = {"only": only} if only else {}
     if args.only:
@@ -78,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["rounds"] = args.rounds
     if args.suite == "broker-cluster":
         kwargs["cluster"] = True
+    if args.deployment:
+        kwargs["deployment"] = args.deployment
+    if args.attacks:
+        kwargs["attacks_to_run"] = tuple(name.strip() for name in args.attacks.split(",") if name.strip())
     # Every suite makes its data directories with tempfile: put them all in one scratch directory that goes when
     # the run ends (a full run writes gigabytes; left behind, they once filled the disk under the test suite).
     with tempfile.TemporaryDirectory(prefix="magnetar-bench-", ignore_cleanup_errors=True) as scratch:

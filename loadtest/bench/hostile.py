@@ -1,16 +1,20 @@
 """`hostile` suite: a well-behaved client's publish latency while hostile clients attack the same broker.
 
-One `broker standalone` process. A good client -- the official `pulsar-client`, a producer at a steady 1,000
+One `broker standalone`, as an operator starts it (``--deployment default``: a supervisor, three bookie processes
+and a broker worker per core), or ``--deployment single-process`` (everything in one process) for comparison.
+A good client -- the official `pulsar-client`, a producer at a steady 1,000
 msg/s (open loop: latency counts from each message's scheduled send time) and a consumer acking what it gets --
 runs for the whole suite. The attacks (loadtest.bench.hostile_attacks) run one after another, each in a child
-process of this bench, and each is preceded by a quiet window with no attack. The reference is the good
+process of this bench, and each is preceded by a quiet window with no attack. The attackers find the worker
+that owns the good client's topic with LOOKUP, as the good client does, so both meet on that worker. The reference is the good
 client's p99 publish latency over all quiet windows of the same run; each attack's figure is its p99 over the
 messages scheduled while the attack ran, and the ratio of the two.
 
-Per attack: the broker's peak RSS (its VmHWM, reset at the start of each window through /proc/PID/clear_refs,
-beside the highest VmRSS sampled every 20 ms), whether the broker stayed up (process alive, /health answering,
-and a new connection's CONNECT and PING answered), and what the attacker was told.
-Targets: the broker never dies, RSS < 1 GiB, the good client's p99 within 5x its no-attack p99.
+Per attack: the peak of the broker's RSS summed over its process tree (VmRSS of each process sampled every
+20 ms), and the largest single process's peak (the higher of its samples and its VmHWM, reset at the start of
+each window through /proc/PID/clear_refs); whether the broker stayed up (every process alive, /health answering,
+and a new connection's CONNECT and PING answered by the topic's worker), and what the attacker was told.
+Targets: the broker never dies, RSS (the sum) < 1 GiB, the good client's p99 within 5x its no-attack p99.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from loadtest.bench.report import latency_summary_ms, print_table
 
 RATE_PER_S = 1000
 MESSAGE_BYTES = 100
-RSS_TARGET_MB = 1024
+RSS_TARGET_MB = 1024  # the sum over the broker's process tree
+# --deployment: BrokerProcess's ``workers`` for each. "default" is a bare `broker standalone` (a supervisor, 3 bookie
+# processes and a broker worker per core); "single-process" is `broker standalone --single-process`.
+DEPLOYMENTS = {"default": "default", "single-process": None}
 RATIO_TARGET = 5.0
 ATTACK_ORDER = ("ack_bomb", "poison_batch", "silent_connections", "producer_creates", "far_future_acks",
                 "big_messages_unread")
@@ -46,21 +53,44 @@ def raise_fd_limit() -> dict:
     return {"soft_before": soft, "hard": hard, "soft": got, "enough": got >= FD_WANTED}
 
 
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc (the multi-process standalone: supervisor, bookies, workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
 class _RssWatch:
-    """The broker's resident memory: VmHWM since ``reset()``, and VmRSS sampled every 20 ms."""
+    """The resident memory of the broker's process tree (one process with --single-process; the supervisor, its
+    bookies and workers otherwise), sampled every 20 ms: the peak of the sum over the tree, and the peak of the
+    largest single process (the higher of its sampled VmRSS and its VmHWM, reset with ``reset()``)."""
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.status = Path(f"/proc/{pid}/status")
-        self.peak_sampled_kb = 0
+        self.pids = _process_tree(pid)
+        self.peak_sum_kb = 0
+        self.peak_kb: dict[int, int] = {}
         self.hwm_resettable = True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
-    def _field_kb(self, name: str) -> int:
+    @staticmethod
+    def _field_kb(pid: int, name: str) -> int:
         try:
-            for line in self.status.read_text().splitlines():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith(name + ":"):
                     return int(line.split()[1])
         except OSError:
@@ -69,24 +99,45 @@ class _RssWatch:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
-            self.peak_sampled_kb = max(self.peak_sampled_kb, self._field_kb("VmRSS"))
+            rss = {pid: self._field_kb(pid, "VmRSS") for pid in self.pids}
+            self.peak_sum_kb = max(self.peak_sum_kb, sum(rss.values()))
+            for pid, kb in rss.items():
+                self.peak_kb[pid] = max(self.peak_kb.get(pid, 0), kb)
 
     def reset(self) -> None:
-        self.peak_sampled_kb = self._field_kb("VmRSS")
-        try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")  # "5": reset the peak RSS (VmHWM)
-        except OSError:
-            self.hwm_resettable = False
+        self.pids = _process_tree(self.pid)  # the same processes unless one died and was replaced
+        rss = {pid: self._field_kb(pid, "VmRSS") for pid in self.pids}
+        self.peak_sum_kb, self.peak_kb = sum(rss.values()), rss
+        for pid in self.pids:
+            try:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")  # "5": reset the peak RSS (VmHWM)
+            except OSError:
+                self.hwm_resettable = False
 
     def peak_mb(self) -> dict:
-        sampled = self.peak_sampled_kb / 1024
-        hwm = self._field_kb("VmHWM") / 1024 if self.hwm_resettable else None
-        return {"rss_peak_mb": max(sampled, hwm or 0.0), "rss_peak_sampled_mb": sampled, "vmhwm_mb": hwm,
-                "rss_now_mb": self._field_kb("VmRSS") / 1024}
+        largest = {pid: max(kb, self._field_kb(pid, "VmHWM") if self.hwm_resettable else 0)
+                   for pid, kb in self.peak_kb.items()}
+        biggest = max(largest, key=largest.get, default=self.pid)
+        return {"rss_peak_mb": self.peak_sum_kb / 1024, "rss_largest_process_peak_mb": largest.get(biggest, 0) / 1024,
+                "rss_largest_process": _process_name(biggest), "processes": len(self.pids),
+                "hwm_resettable": self.hwm_resettable,
+                "rss_now_mb": sum(self._field_kb(pid, "VmRSS") for pid in self.pids) / 1024}
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def _process_name(pid: int) -> str:
+    """``worker-0``, ``bookie-a``, ... for a standalone's child (its argument after broker.worker_child), else
+    the program's name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    if b"broker.worker_child" in argv and argv.index(b"broker.worker_child") + 1 < len(argv):
+        return argv[argv.index(b"broker.worker_child") + 1].decode()
+    return " ".join(Path(a.decode()).name for a in argv[:2] if a)
 
 
 class _GoodClient:
@@ -174,9 +225,14 @@ def _responsive_ms(port: int) -> float | None:
     return (time.perf_counter() - start) * 1000
 
 
-def _broker_up(broker) -> dict:
-    return {"alive": broker.alive, "healthy": broker.alive and broker.is_healthy(),
-            "connect_ping_ms": _responsive_ms(broker.port) if broker.alive else None}
+def _broker_up(broker, rss: _RssWatch, port: int) -> dict:
+    """Every process of the broker's tree still running, worker 0's /health, and a new connection's CONNECT and
+    PING answered by the worker that owns the good client's topic (the one under attack)."""
+    from storage.testing.processes import process_alive
+
+    alive = broker.alive and all(process_alive(pid) for pid in rss.pids)
+    return {"alive": alive, "healthy": alive and broker.is_healthy(),
+            "connect_ping_ms": _responsive_ms(port) if alive else None}
 
 
 def told(name: str, r: dict) -> str:
@@ -198,8 +254,15 @@ def told(name: str, r: dict) -> str:
     return "; ".join(parts) + (f' ("{first[:120]}")' if first else "")
 
 
-def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> dict:
+def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER, deployment: str = "default") -> dict:
+    from loadtest.bench.hostile_attacks import owner_port
     from storage.testing.processes import BrokerProcess
+
+    if deployment not in DEPLOYMENTS:
+        raise ValueError(f"deployment {deployment!r}: one of {', '.join(DEPLOYMENTS)}")
+    unknown = set(attacks_to_run) - set(ATTACK_ORDER)
+    if unknown:
+        raise ValueError(f"unknown attacks {', '.join(sorted(unknown))}: the attacks are {', '.join(ATTACK_ORDER)}")
 
     fds = raise_fd_limit()
     quiet_s, attack_s, settle_s = (1.5, 2.0, 0.5) if quick else (5.0, 10.0, 1.0)
@@ -209,12 +272,13 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> 
     windows = {"silent_connections": connection_timeout_s + (1.5 if quick else 3.0)}
     root = Path(tempfile.mkdtemp(prefix="magnetar-bench-hostile-"))
     env = {} if not quick else {"MAGNETAR_BROKER_CONNECTION_TIMEOUT_S": str(connection_timeout_s)}
-    broker = BrokerProcess(root / "standalone" / "data", env=env)
+    broker = BrokerProcess(root / "standalone" / "data", env=env, workers=DEPLOYMENTS[deployment])
     broker.start(timeout_s=90)
     rss = _RssWatch(broker.proc.pid)
     ctx = multiprocessing.get_context("spawn")  # the bench process has the client's C++ threads: never fork it
     attacker = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
     good = None
+    port = broker.port
     quiet: list[tuple[float, float]] = []
     attacks: dict[str, dict] = {}
     try:
@@ -223,6 +287,7 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> 
         from storage.testing.waiting import wait_until
 
         wait_until(lambda: len(good.published) >= RATE_PER_S, 60, "the good client's first 1,000 receipts")
+        port = owner_port(broker.port, good.topic)  # where the good client's lookup took it too
         rss.reset()
         for name in (a for a in ATTACK_ORDER if a in attacks_to_run):
             if not broker.alive:
@@ -236,12 +301,12 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> 
             seconds = windows.get(name, attack_s)
             print(f"attack: {name} ({seconds:g} s)", flush=True)
             a0 = time.perf_counter()
-            future = attacker.submit(_attack_entry, name, broker.port, good.topic, seconds, sizes.get(name, {}))
+            future = attacker.submit(_attack_entry, name, port, good.topic, seconds, sizes.get(name, {}))
             result = future.result(timeout=seconds + 120)
             a1 = time.perf_counter()
             memory = rss.peak_mb()
             attacks[name] = {"window": [a0, a1], "attacker": result, "told": told(name, result),
-                             **memory, "rss_before_mb": quiet_rss, **_broker_up(broker)}
+                             **memory, "rss_before_mb": quiet_rss, **_broker_up(broker, rss, port)}
             time.sleep(settle_s)  # the attacker's tail (its close) is in neither window
             rss.reset()
     finally:
@@ -252,7 +317,10 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER) -> 
         survived = broker.alive
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)  # the 5 MiB attack alone writes gigabytes
-    return _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes)
+    deployed = {"deployment": deployment, "processes": len(rss.pids), "topic_owner_port": port,
+                "worker_0_port": broker.port}
+    return _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes,
+                    deployed)
 
 
 def _attack_entry(name: str, port: int, topic: str, seconds: float, kwargs: dict) -> dict:
@@ -261,7 +329,8 @@ def _attack_entry(name: str, port: int, topic: str, seconds: float, kwargs: dict
     return run_attack(name, port, topic, seconds, kwargs)
 
 
-def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes) -> dict:
+def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes,
+             deployed) -> dict:
     quiet_lat = [lat for q0, q1 in quiet for due, lat in good.published if q0 <= due < q1 and lat is not None]
     reference = {**latency_summary_ms(quiet_lat), "windows": len(quiet)}
     reference_p99 = reference["p99_ms"] if quiet_lat else None
@@ -280,7 +349,7 @@ def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, conn
                    "attack_window_s": attack_s, "connection_timeout_s": connection_timeout_s,
                    "silent_connections": sizes["silent_connections"]["count"],
                    "producer_creates": sizes["producer_creates"]["count"], "quick": quick,
-                   "deployment": "broker standalone", "client": "pulsar-client (official)"},
+                   "client": "pulsar-client (official)", **deployed},
     }
     _print(results)
     return results
@@ -289,19 +358,23 @@ def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, conn
 def _print(r: dict) -> None:
     ref = r["reference"]
     rows = [{"attack": "none (reference: all quiet windows)", "good_p99_ms": ref.get("p99_ms"), "ratio": 1.0,
-             "rss_peak_mb": "", "up": "yes", "told": ""}]
+             "rss_peak_mb": "", "largest_mb": "", "up": "yes", "told": ""}]
     for name, a in r["attacks"].items():
         if "good_client" not in a:
             rows.append({"attack": name, "told": a.get("skipped", "")})
             continue
         rows.append({"attack": name, "good_p99_ms": a["good_client"].get("p99_ms"), "ratio": a["p99_ratio"],
-                     "rss_peak_mb": a["rss_peak_mb"], "up": "yes" if a["stayed_up"] else "NO",
+                     "rss_peak_mb": a["rss_peak_mb"],
+                     "largest_mb": f"{a['rss_largest_process_peak_mb']:.0f} ({a['rss_largest_process']})",
+                     "up": "yes" if a["stayed_up"] else "NO",
                      "told": a["told"][:110]})
     fds = r["fd_limit"]
+    config = r["config"]
     print_table(f"hostile clients: the good client at {RATE_PER_S:,} msg/s beside each attack, broker standalone "
-                f"(open files {fds['soft_before']} -> {fds['soft']}, hard {fds['hard']})", rows,
-                ["attack", "good_p99_ms", "ratio", "rss_peak_mb", "up", "told"])
-    print(f"targets: broker up, RSS < {RSS_TARGET_MB} MB, p99 ratio <= {RATIO_TARGET:g}")
+                f"({config['deployment']}, {config['processes']} processes; open files {fds['soft_before']} -> "
+                f"{fds['soft']}, hard {fds['hard']})", rows,
+                ["attack", "good_p99_ms", "ratio", "rss_peak_mb", "largest_mb", "up", "told"])
+    print(f"targets: broker up, RSS (sum over its processes) < {RSS_TARGET_MB} MB, p99 ratio <= {RATIO_TARGET:g}")
 
 
 def median_of(runs: list[dict]) -> dict:

@@ -92,6 +92,29 @@ class _Raw:
                 "closed_by_broker_after_s": self.closed_after_s, "send_error": self.send_error}
 
 
+def owner_port(port: int, topic: str, hops: int = 5) -> int:
+    """The port of the broker (worker) that owns ``topic``, found with LOOKUP as a client finds it: the hand-built
+    attacks must meet the good client on the worker that serves its topic, not on whichever worker they dial."""
+    authoritative = False
+    for _ in range(hops):
+        conn = _Raw(port)
+        try:
+            conn.connect()
+            conn.send(encode_command(command(T.LOOKUP, lookupTopic=pb.CommandLookupTopic(
+                topic=topic, request_id=1, authoritative=authoritative))))
+            reply = conn.next()
+        finally:
+            conn.close()
+        if reply.type != T.LOOKUP_RESPONSE or reply.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Failed:
+            raise RuntimeError(f"LOOKUP of {topic} answered {reply}")
+        answer = reply.lookupTopicResponse
+        port = int(answer.brokerServiceUrl.rsplit(":", 1)[1].rstrip("/"))
+        if answer.response == pb.CommandLookupTopicResponse.Connect:
+            return port
+        authoritative = answer.authoritative
+    raise RuntimeError(f"LOOKUP of {topic}: still redirected after {hops} hops")
+
+
 def _describe(cmd) -> str:
     name = T.Type.Name(cmd.type)
     for field, code in (("send_error", "error"), ("error", "error"), ("ackResponse", "error")):

@@ -509,6 +509,13 @@ HOSTILE_ATTACKS = {
 }
 
 
+def _deployment(c: dict) -> str:
+    """How the hostile bench ran the standalone (results before the option say nothing: --single-process)."""
+    if c.get("deployment") == "default":
+        return f" (its default deployment: {c['processes']} processes, a worker per core)"
+    return " --single-process"
+
+
 def _hostile(r: dict) -> list[str]:
     if "attacks" not in r:
         return []
@@ -528,11 +535,12 @@ def _hostile(r: dict) -> list[str]:
                      _verdict(not missed) if not missed else f"**{', '.join(missed)} not met**"])
     return ["## Hostile clients", "",
             f"A well-behaved official client publishes {c['rate_per_s']:,} msg/s of {c['message_bytes']} B (open loop) "
-            "to `broker standalone` and consumes them, while each attack runs in turn "
+            f"to `broker standalone`{_deployment(c)} and consumes them, while each attack runs in turn "
             f"({c['attack_window_s']:g} s each, after a {c['quiet_window_s']:g} s quiet window; "
             f"{c['silent_connections']:,} silent connections, {c['producer_creates']:,} producer creates). "
             "The reference is the good client's p99 publish latency over the quiet windows of the same run. "
-            "Targets: the broker stays up, RSS < 1 GiB, the good client's p99 within 5x the reference. "
+            "Targets: the broker stays up, RSS (summed over its processes) < 1 GiB, the good client's p99 within 5x "
+            "the reference. "
             "What holds the floods back: docs/configuration.md (per-connection bounds and command budgets).", "",
             *_table(["attack", "good p99 (ms)", "ratio", "broker RSS peak (MB)", "up", "the attacker was told",
                      "targets"], rows), _reproduce("hostile"), ""]

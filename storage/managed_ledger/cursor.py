@@ -84,6 +84,12 @@ def unconsumed_positions(info: ManagedLedgerInfo, deleted: AckRanges, start: Pos
     return wanted
 
 
+def _position(p) -> Position:
+    """``p`` as a Position without building a new one when it is one already: an ACK's ids pass through here
+    several times each (building the NamedTuples again was ~7 % of applying one, profiled)."""
+    return p if type(p) is Position else Position(*p)
+
+
 def _done() -> asyncio.Future:
     fut = asyncio.get_running_loop().create_future()
     fut.set_result(None)
@@ -266,21 +272,31 @@ class ManagedCursor:
         """One ACK's individual acks at once: whole entries, and batch indexes as ``(position, acked mask,
         batch size)`` (as ``delete_batch_mask``). The state changes now; one future covers them all, so a
         1,000-id ACK schedules one durable write and one callback, not 1,000. ``throttle`` as for ``mark_delete``."""
+        self.apply_deletes(positions, batch_masks)
+        return self.persist_acks(throttle=throttle)
+
+    def apply_deletes(self, positions, batch_masks=()) -> None:
+        """``delete_many``'s change of the in-memory state alone: a caller applying one ACK in several parts
+        (broker.server.acks) calls this per part and ``persist_acks`` once, so the ACK is still one write."""
         self._check()
         whole = list(positions)
         for position, acked_mask, batch_size in batch_masks:
-            position = Position(*position)
+            position = _position(position)
             if self._add_batch_mask(position, acked_mask, batch_size):
                 whole.append(position)
         if whole:
             self._delete_now(whole)
+
+    def persist_acks(self, *, throttle: bool = False) -> asyncio.Future:
+        """A durable write of everything applied so far; ``throttle`` as for ``mark_delete``."""
+        self._check()
         return self._persisted(throttle)
 
     def _delete_now(self, positions) -> None:
         last = self.ml.last_confirmed_entry
         sizes: dict[int, int] = {}  # entries per ledger, looked up once per call
         for p in positions:
-            p = Position(*p)
+            p = _position(p)
             if p.ledger_id not in sizes:
                 sizes[p.ledger_id] = self.ml.ledger_entries(p.ledger_id)
             if self.mark_delete_position < p <= last and 0 <= p.entry_id < sizes[p.ledger_id]:
@@ -294,7 +310,7 @@ class ManagedCursor:
 
     def exists(self, position) -> bool:
         """Whether ``position`` names an entry of this log (one a client may acknowledge)."""
-        position = Position(*position)
+        position = _position(position)
         return position <= self.ml.last_confirmed_entry and self._exists(position)
 
     def delete_batch_indexes(self, position, acked_indexes, batch_size: int, *, throttle: bool = False) -> asyncio.Future:
@@ -365,7 +381,7 @@ class ManagedCursor:
             self.ml.factory.spawn(self.ml.trim())
 
     def is_deleted(self, position) -> bool:
-        position = Position(*position)
+        position = _position(position)
         return position <= self.mark_delete_position or self.deleted.contains(position[0], position[1])
 
     def batch_deleted_indexes(self, position) -> frozenset[int] | None:

@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from storage.testing import disk
 from storage.testing.waiting import wait_until
@@ -275,7 +276,8 @@ class BrokerProcess(ServiceProcess):
 
     The standalone runs ``--single-process`` unless ``workers`` is set: then a supervisor with bookie and
     ``workers`` broker-worker processes (broker/workers.py), worker 0 on ``port``/``http_port``; with
-    ``metadata_url``, ``workers`` makes it ``broker start --workers N``."""
+    ``metadata_url``, ``workers`` makes it ``broker start --workers N``. ``workers="default"`` passes neither
+    flag: the deployment an operator gets from a bare ``broker standalone`` (one worker per core)."""
 
     data_dir: Path
     metadata_url: str | None = None
@@ -294,7 +296,7 @@ class BrokerProcess(ServiceProcess):
     proxy: "NetProxyProcess | None" = None
     advertised_port: int | None = None
     advertised_http_port: int | None = None
-    workers: int | None = None
+    workers: int | Literal["default"] | None = None
 
     def __post_init__(self) -> None:
         if self.proxy is not None and self.advertised_port is None:
@@ -359,9 +361,10 @@ class BrokerProcess(ServiceProcess):
         common = ["--port", str(self.port), "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
                   *self.extra_args]
         if self.metadata_url is not None:
-            workers = ["--workers", str(self.workers)] if self.workers is not None else []
+            workers = ["--workers", str(self.workers)] if self.workers not in (None, "default") else []
             return [str(VENV_BIN / "broker"), "start", "--metadata-store", self.metadata_url, *workers, *common]
-        mode = ["--single-process"] if self.workers is None else ["--workers", str(self.workers)]
+        mode = (["--single-process"] if self.workers is None else [] if self.workers == "default"
+                else ["--workers", str(self.workers)])
         return [str(VENV_BIN / "broker"), "standalone", "--data-dir", str(self.data_dir),
                 "--bookie-port", str(self.bookie_port), "--bookie-http-port", str(self.bookie_http_port),
                 *mode, *common]

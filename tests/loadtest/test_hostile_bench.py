@@ -1,5 +1,5 @@
-"""The `hostile` bench in --quick form: every attack runs against a real `broker standalone`, the broker survives
-each, and the JSON says per attack what the issue asks (RSS peak, the good client's p99 beside its reference,
+"""The `hostile` bench in --quick form: every attack runs against a real `broker standalone` in its default
+deployment (supervisor, bookie processes, broker workers), the broker survives each, and the JSON says per attack what the issue asks (RSS peak, the good client's p99 beside its reference,
 liveness, what the attacker was told)."""
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ def test_hostile_suite_quick_reports_every_attack(tmp_path):
     reference = r["reference"]
     assert reference["windows"] == len(ATTACKS) and 0 < reference["p50_ms"] <= reference["p99_ms"]
     assert list(r["attacks"]) == list(ATTACKS)
+    config = r["config"]
+    # The default deployment: a supervisor, three bookies and at least one worker, every one of them watched
+    assert config["deployment"] == "default" and config["processes"] >= 5, config
     for name, a in r["attacks"].items():
         assert a["stayed_up"] and a["alive"] and a["healthy"] and a["connect_ping_ms"] is not None, name
         assert "attacker_error" not in a["attacker"], (name, a["attacker"])
         assert 0 < a["rss_peak_mb"] < 1024, (name, a["rss_peak_mb"])  # the broker's memory stays bounded
+        assert a["processes"] == config["processes"]  # the sum covers the whole tree
+        assert 0 < a["rss_largest_process_peak_mb"] <= a["rss_peak_mb"], (name, a)
         good = a["good_client"]
         assert good["published"] > 0 and good["failed"] == 0, (name, good)  # the good client kept publishing
         assert a["p99_ratio"] == good["p99_ms"] / reference["p99_ms"]
