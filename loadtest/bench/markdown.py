@@ -327,7 +327,8 @@ def _peers(r: dict) -> list[str]:
     fsync_line = ("Which rows fsync before they confirm: " + "; ".join(
         f"{SYSTEMS[k]}: {'yes' if fsyncs[k] else '**no**'}" for k in SYSTEMS if k in fsyncs and k in r["by_size"])
         + ". The durable rows are the headline; the fsync-off row makes the promise the RabbitMQ stream makes "
-        "(confirmed from the page cache), so that column compares like with like. "
+        "(confirmed from the page cache), so that column compares like with like. What bounds each row: "
+        "docs/ledger-store.md, \"One disk\". "
         "Magnetar's producers keep the peers' window of "
         f"{r['config'].get('window', 512)} unconfirmed messages in batches of at most "
         f"{r['config'].get('magnetar_batch', 64)}, as the stream driver does, except the "
@@ -349,7 +350,7 @@ def _peers(r: dict) -> list[str]:
                    "page cache. ")
     return ["## Peers and physical limits", "",
             "One run: NATS JetStream (Debian `nats-server`, file storage) driven by `nats-py` with "
-            f"{r['config']['nats_window']} publishes in flight; " + rabbit + "Magnetar (`broker standalone`, "
+            f"{r['config']['nats_window']} publishes in flight; " + rabbit + "Magnetar (`broker standalone --single-process`, "
             "E2/Qw2/Qa2, batching on; journal fsync on except in the row that says off) with the magnetar client and "
             "with `pulsar-client`. JetStream has no "
             "per-message fsync (it syncs every 2 minutes by default), so the comparison favours NATS on durability. "

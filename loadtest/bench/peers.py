@@ -5,7 +5,7 @@
 * **RabbitMQ** (Debian `rabbitmq-server` 3.10, loadtest/bench/rabbitmq.py): a stream over the stream protocol
   (rstream) and a quorum queue over AMQP with publisher confirms (aio-pika), the same window of 512.
   The quorum queue fsyncs before it confirms; the stream does not (it leans on replication).
-* **Magnetar** (`broker standalone`, E2/Qw2/Qa2) with the official `pulsar-client` and with `magnetar`,
+* **Magnetar** (`broker standalone --single-process`, E2/Qw2/Qa2) with the official `pulsar-client` and with `magnetar`,
   same message size, batching on, under the peers' window: at most 512 messages unconfirmed
   (``max_pending_messages``, the producer waiting for room), in batches of at most 64 messages (the stream
   driver's frame). Rows: ``pulsar_client`` and ``magnetar`` with the journal fsync on (the default, the
