@@ -366,7 +366,10 @@ def _peers(r: dict) -> list[str]:
               if variant_rows else []),
             *([fsync_line, ""] if fsync_line else []),
             f"Machine limits in the same run: disk fdatasync {_n(r['disk_512b']['fsyncs_per_s'])}/s of 512 B and "
-            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks; loopback TCP {_n(r['loopback_tcp_mb_per_s'])} MB/s. "
+            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks"
+            + (f" at the start, {_n(r['disk_512b_end']['fsyncs_per_s'])}/s and {_n(r['disk_64k_end']['mb_per_s'], 1)} "
+               "MB/s at the end" if "disk_64k_end" in r else "")
+            + f"; loopback TCP {_n(r['loopback_tcp_mb_per_s'])} MB/s. "
             "Physical limit for 64 KiB messages: two bookies on this disk each write every byte to their journal "
             f"and their entry log, so disk / (Qw 2 x 2) = {_n(r['physical_limit_64k_mb_per_s'], 1)} MB/s, as the "
             "ledger suite counts it; counting the journals alone, disk / Qw = "

@@ -212,6 +212,10 @@ def run(quick: bool = False) -> dict:
                 deployment.broker.service_url, _count(size, n, quick), size, window=WINDOW, batch_messages=batch)
     finally:
         deployment.stop()
+    # The disk again at the end: on a shared host it can change several-fold within one run, and every
+    # figure above sits between the two measurements.
+    results["disk_512b_end"] = fsync_bandwidth(root, 512, 1.0 if quick else 3.0)
+    results["disk_64k_end"] = fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0)
     for system in sweep.values():  # one name for the produce rate across the three drivers
         for r in system.values():
             r.setdefault("produce_msg_per_s", r.get("msg_per_s"))

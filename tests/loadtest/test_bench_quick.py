@@ -100,6 +100,7 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
         for peer in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum"):
             assert p["ratios_by_size"][size][f"pulsar_client_to_{peer}"] == (
                 p["by_size"]["pulsar_client"][size]["produce_mb_per_s"] / p["by_size"][peer][size]["produce_mb_per_s"])
+    assert p["disk_64k_end"]["mb_per_s"] > 0 and p["disk_512b_end"]["fsyncs_per_s"] > 0  # the disk again, at the end
     fsyncs = p["config"]["fsyncs"]  # which rows fsync before confirming, as the report prints it
     assert fsyncs["pulsar_client"] and fsyncs["rabbitmq_quorum"] and not fsyncs["pulsar_client_no_fsync"]
     assert p["config"]["window"] == 512 and p["by_size"]["pulsar_client"]["100"]["failures"] == 0
