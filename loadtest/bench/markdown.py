@@ -349,7 +349,7 @@ def _peers(r: dict) -> list[str]:
                    f"fdatasync'd 64 KiB writes ({_n(r['disk_64k']['mb_per_s'], 1)} MB/s): those confirms are for the "
                    "page cache. ")
     return ["## Peers and physical limits", "",
-            "One run: NATS JetStream (Debian `nats-server`, file storage) driven by `nats-py` with "
+            "One run: NATS JetStream (Debian `nats-server`, file storage) driven by `nats-py` with a sliding window of "
             f"{r['config']['nats_window']} publishes in flight; " + rabbit + "Magnetar (`broker standalone --single-process`, "
             "E2/Qw2/Qa2, batching on; journal fsync on except in the row that says off) with the magnetar client and "
             "with `pulsar-client`. JetStream has no "
