@@ -101,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"broker: invalid configuration: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
+    if not config.journal_sync_data:
+        if data_dir is None:  # broker start: the bookies are their own processes, with their own journal_sync_data
+            print("broker: journalSyncData applies to `broker standalone`'s own bookies only; ignored here",
+                  file=sys.stderr, flush=True)
+        else:
+            print("broker standalone: journalSyncData=false: the bookies acknowledge adds before their journals "
+                  "reach the disk; a power loss or kernel crash may lose acknowledged messages", flush=True)
     _use_uvloop()
     keep_large_buffers()
     bookie_http_port = getattr(args, "bookie_http_port", 0)

@@ -139,6 +139,11 @@ class BrokerConfig:
     key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = 2000
     key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = 20_000
 
+    # `broker standalone` only: its embedded bookies' journalSyncData (Pulsar's standalone reads its bookie keys
+    # from standalone.conf too). False acknowledges adds once the journal is written to the OS, before fdatasync:
+    # a power loss or kernel crash may lose acknowledged messages. A bookie of its own reads the bookie key.
+    journal_sync_data: bool = True
+
     managed_ledger_ensemble_size: int = 2
     managed_ledger_write_quorum: int = 2
     managed_ledger_ack_quorum: int = 2

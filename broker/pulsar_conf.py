@@ -276,6 +276,7 @@ PULSAR_KEYS: dict[str, Key] = {
         Key("key_shared_look_ahead_msg_in_replay_threshold_per_subscription", _int),
     "defaultNumberOfNamespaceBundles": Key("default_number_of_namespace_bundles", _int),
     # -- managed ledger
+    "journalSyncData": Key("journal_sync_data", _bool),  # standalone: its embedded bookies' journals
     "managedLedgerDefaultEnsembleSize": Key("managed_ledger_ensemble_size", _int),
     "managedLedgerDefaultWriteQuorum": Key("managed_ledger_write_quorum", _int),
     "managedLedgerDefaultAckQuorum": Key("managed_ledger_ack_quorum", _int),

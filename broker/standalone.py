@@ -58,7 +58,8 @@ class Standalone:
         bookies: list[BookieService] = []
         try:
             for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host,
-                                                           bookie_http_port, bookie_count):
+                                                           bookie_http_port, bookie_count,
+                                                           journal_sync_data=config.journal_sync_data):
                 bookies.append(await BookieService.start(bookie_config, store=store))
             broker = await BrokerService.start(config, store=store)
         except BaseException:

@@ -33,9 +33,11 @@ def bookie_letter(i: int) -> str:
 
 
 def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int, host: str = "127.0.0.1",
-                              first_http_port: int = 0, count: int = DEFAULT_BOOKIES) -> list[BookieConfig]:
+                              first_http_port: int = 0, count: int = DEFAULT_BOOKIES,
+                              journal_sync_data: bool = True) -> list[BookieConfig]:
     """Bookie i (``standalone-bookie-a``, ``-b``, ...) listens on ``first_port + i`` and serves HTTP on
-    ``first_http_port + i`` (0: any free port for each). Zones stay a, b and c, a fourth bookie joining zone a
+    ``first_http_port + i`` (0: any free port for each). ``journal_sync_data`` is the broker config's
+    ``journalSyncData`` (BrokerConfig.journal_sync_data). Zones stay a, b and c, a fourth bookie joining zone a
     (upgrade domain ``ud<i>``), so every write set still spans zones as in a cluster of three zones."""
     return [
         BookieConfig(
@@ -45,6 +47,7 @@ def standalone_bookie_configs(data_dir: Path, metadata_url: str, first_port: int
             # One process, one disk: sync as soon as the journal queue is empty instead of waiting up to
             # journal_max_group_wait_ms; groups still form while an fsync is in progress.
             journal_flush_when_queue_empty=True,
+            journal_sync_data=journal_sync_data,
         ).validate()
         for i in range(count)
     ]

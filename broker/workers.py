@@ -189,7 +189,8 @@ class Supervisor:
 
                 self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
                                 standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host,
-                                                          self.bookie_http_port, self.bookie_count)]
+                                                          self.bookie_http_port, self.bookie_count,
+                                                          journal_sync_data=self.config.journal_sync_data)]
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))

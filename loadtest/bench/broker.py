@@ -26,9 +26,11 @@ CALLBACK_EVERY = 100
 
 
 class _Deployment:
-    """`broker standalone`, or (cluster=True) ZooKeeper + 3 bookie processes in 3 zones + `broker start`."""
+    """`broker standalone`, or (cluster=True) ZooKeeper + 3 bookie processes in 3 zones + `broker start`.
 
-    def __init__(self, root: Path, cluster: bool):
+    ``env``: the broker's MAGNETAR_BROKER_* settings (the standalone's; e.g. its bookies' journalSyncData)."""
+
+    def __init__(self, root: Path, cluster: bool, env: dict[str, str] | None = None):
         from storage.testing.processes import BookieCluster, BrokerProcess
         from storage.testing.zookeeper import ZooKeeperServer
 
@@ -40,7 +42,7 @@ class _Deployment:
                                          env={"MAGNETAR_BOOKIE_JOURNAL_FLUSH_WHEN_QUEUE_EMPTY": "true"}).start()
             self.broker = BrokerProcess(root / "broker", metadata_url=self.bookies.metadata_url)
         else:
-            self.broker = BrokerProcess(root / "standalone" / "data")
+            self.broker = BrokerProcess(root / "standalone" / "data", env=dict(env or {}))
         self.broker.start(timeout_s=90)
 
     def stop(self) -> None:
@@ -56,14 +58,17 @@ def _client(url: str):
     return pulsar.Client(url, operation_timeout_seconds=60, io_threads=2)
 
 
-def produce(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
+def produce(url: str, messages: int, body_bytes: int = MESSAGE_BYTES, window: int = 50_000,
+            batch_messages: int = 1000) -> dict:
+    """``window`` messages at most unconfirmed (max_pending_messages, the client blocking beyond it), batches of
+    at most ``batch_messages`` (and the client's default 128 KiB)."""
     import pulsar
 
     client = _client(url)
     try:
         producer = client.create_producer(
             f"persistent://public/default/bench-produce-{time.time_ns()}", batching_enabled=True,
-            batching_max_messages=1000, batching_max_publish_delay_ms=5, max_pending_messages=50_000,
+            batching_max_messages=batch_messages, batching_max_publish_delay_ms=5, max_pending_messages=window,
             block_if_queue_full=True, send_timeout_millis=0,
         )
         body = b"x" * body_bytes

@@ -118,21 +118,25 @@ def produce_rounds(url: str, web_url: str, messages: int, rounds: int) -> dict:
     return out
 
 
-async def magnetar_produce_consume(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dict:
+async def magnetar_produce_consume(url: str, messages: int, body_bytes: int = MESSAGE_BYTES,
+                                   window: int | None = None, batch_messages: int = 1000) -> dict:
     """Produce ``messages`` of ``body_bytes`` with the asyncio client (batching), then consume them all
-    (acknowledging cumulatively); both rates. The client suite's consume figure and the peers suite use it."""
+    (acknowledging cumulatively); both rates. The client suite's consume figure and the peers suite use it.
+    ``window``: at most this many messages unconfirmed (None: all of them may be queued at once)."""
     from magnetar.asyncio import Client
 
     client = Client(url, operation_timeout_seconds=60)
     topic = f"persistent://public/default/bench-magnetar-{time.time_ns()}"
     try:
         consumer = await client.subscribe(topic, "bench", receiver_queue_size=10_000)
-        producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
-                                                batching_max_publish_delay_ms=5, max_pending_messages=messages + 1,
-                                                send_timeout_millis=0)
+        producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=batch_messages,
+                                                batching_max_publish_delay_ms=5,
+                                                max_pending_messages=window or messages + 1, send_timeout_millis=0)
         body = b"x" * body_bytes
         start = time.perf_counter()
         for i in range(messages):
+            if window is not None:
+                await producer.wait_for_room()
             producer.send_async(body)
             if i % 5000 == 4999:
                 await asyncio.sleep(0)  # let receipts and socket writes run while queueing

@@ -15,8 +15,12 @@ from loadtest.bench.page import NEMESIS_HEADING, existing_section, run_time
 CHART_SIZES = "bench-throughput-by-size.png"
 CHART_CDF = "bench-latency-cdf.png"
 SYSTEMS = {"magnetar": "Magnetar + magnetar client", "pulsar_client": "Magnetar + pulsar-client",
+           "pulsar_client_deep": "Magnetar + pulsar-client, 50,000 pending",
+           "pulsar_client_no_fsync": "Magnetar + pulsar-client, journal fsync off",
            "nats_jetstream": "NATS JetStream (nats-py)", "rabbitmq_stream": "RabbitMQ stream (rstream)",
            "rabbitmq_quorum": "RabbitMQ quorum queue (aio-pika)"}
+# Rows of `bench peers` beyond the two headline Magnetar drivers: each over each peer in a table of its own.
+MAGNETAR_VARIANTS = ("pulsar_client_no_fsync", "pulsar_client_deep")
 PEERS = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum")
 # Magnetar (pulsar-client) over the RabbitMQ stream, in the same run: issue 24's targets per size.
 RABBITMQ_TARGETS = {"100": 3.0, "1024": 3.0, "65536": 1.0}
@@ -316,6 +320,19 @@ def _peers(r: dict) -> list[str]:
     ratios = r.get("ratios_by_size")
     ratio_rows = [[f"{s:,} B", *(f"{ratios[str(s)][f'{m}_to_{p}']:.2f}x" for m in ("pulsar_client", "magnetar")
                                  for p in peers)] for s in sizes] if ratios else []
+    variants = [m for m in MAGNETAR_VARIANTS if m in r["by_size"]]
+    variant_rows = [[f"{s:,} B", SYSTEMS[m], *(f"{ratios[str(s)][f'{m}_to_{p}']:.2f}x" for p in peers)]
+                    for s in sizes for m in variants] if ratios else []
+    fsyncs = r["config"].get("fsyncs")
+    fsync_line = ("Which rows fsync before they confirm: " + "; ".join(
+        f"{SYSTEMS[k]}: {'yes' if fsyncs[k] else '**no**'}" for k in SYSTEMS if k in fsyncs and k in r["by_size"])
+        + ". The durable rows are the headline; the fsync-off row makes the promise the RabbitMQ stream makes "
+        "(confirmed from the page cache), so that column compares like with like. What bounds each row: "
+        "docs/ledger-store.md, \"One disk\". "
+        "Magnetar's producers keep the peers' window of "
+        f"{r['config'].get('window', 512)} unconfirmed messages in batches of at most "
+        f"{r['config'].get('magnetar_batch', 64)}, as the stream driver does, except the "
+        f"{_n(r['config'].get('deep_window', 50_000))}-pending row, the other suites' setting.") if fsyncs else ""
     rabbit = ("RabbitMQ 3.10 (Debian `rabbitmq-server`, one node started by the bench) as the durable peer: a "
               "stream over the stream protocol (rstream, publish confirms, batches of "
               f"{r['config'].get('rabbitmq_stream_batch', 64)} under the same window) and a quorum queue over AMQP "
@@ -332,9 +349,10 @@ def _peers(r: dict) -> list[str]:
                    f"fdatasync'd 64 KiB writes ({_n(r['disk_64k']['mb_per_s'], 1)} MB/s): those confirms are for the "
                    "page cache. ")
     return ["## Peers and physical limits", "",
-            "One run: NATS JetStream (Debian `nats-server`, file storage) driven by `nats-py` with "
-            f"{r['config']['nats_window']} publishes in flight; " + rabbit + "Magnetar (`broker standalone`, "
-            "E2/Qw2/Qa2, fsync on, batching on) with the magnetar client and with `pulsar-client`. JetStream has no "
+            "One run: NATS JetStream (Debian `nats-server`, file storage) driven by `nats-py` with a sliding window of "
+            f"{r['config']['nats_window']} publishes in flight; " + rabbit + "Magnetar (`broker standalone --single-process`, "
+            "E2/Qw2/Qa2, batching on; journal fsync on except in the row that says off) with the magnetar client and "
+            "with `pulsar-client`. JetStream has no "
             "per-message fsync (it syncs every 2 minutes by default), so the comparison favours NATS on durability. "
             f"Sizes above 100 B send {r['config']['sweep_bytes'] / 1e6:,.0f} MB each; each peer keeps "
             f"{r['config'].get('window', r['config']['nats_window'])} messages in flight.", "",
@@ -343,8 +361,15 @@ def _peers(r: dict) -> list[str]:
                *_table(["size", *(f"{'pulsar-client' if m == 'pulsar_client' else 'magnetar'} / {SYSTEMS[p]}"
                                   for m in ("pulsar_client", "magnetar") for p in peers)], ratio_rows)]
               if ratio_rows else []),
+            *(["The other Magnetar rows over each peer, same size, same run:", "",
+               *_table(["size", "Magnetar", *(f"/ {SYSTEMS[p]}" for p in peers)], variant_rows)]
+              if variant_rows else []),
+            *([fsync_line, ""] if fsync_line else []),
             f"Machine limits in the same run: disk fdatasync {_n(r['disk_512b']['fsyncs_per_s'])}/s of 512 B and "
-            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks; loopback TCP {_n(r['loopback_tcp_mb_per_s'])} MB/s. "
+            f"{_n(r['disk_64k']['mb_per_s'], 1)} MB/s of 64 KiB blocks"
+            + (f" at the start, {_n(r['disk_512b_end']['fsyncs_per_s'])}/s and {_n(r['disk_64k_end']['mb_per_s'], 1)} "
+               "MB/s at the end" if "disk_64k_end" in r else "")
+            + f"; loopback TCP {_n(r['loopback_tcp_mb_per_s'])} MB/s. "
             "Physical limit for 64 KiB messages: two bookies on this disk each write every byte to their journal "
             f"and their entry log, so disk / (Qw 2 x 2) = {_n(r['physical_limit_64k_mb_per_s'], 1)} MB/s, as the "
             "ledger suite counts it; counting the journals alone, disk / Qw = "

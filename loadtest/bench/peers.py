@@ -1,12 +1,17 @@
 """`peers` suite: Magnetar beside peer systems and the machine's own limits, all in one run.
 
-* **NATS JetStream** (Debian `nats-server` 2.9, file storage) driven by `nats-py`: 100-byte publishes with a
+* **NATS JetStream** (Debian `nats-server` 2.9, file storage) driven by `nats-py`: publishes with a sliding
   window of 512 in flight, then a pull consumer fetching and acking in batches.
 * **RabbitMQ** (Debian `rabbitmq-server` 3.10, loadtest/bench/rabbitmq.py): a stream over the stream protocol
   (rstream) and a quorum queue over AMQP with publisher confirms (aio-pika), the same window of 512.
   The quorum queue fsyncs before it confirms; the stream does not (it leans on replication).
-* **Magnetar** (`broker standalone`, E2/Qw2/Qa2, fsync on) with the official `pulsar-client` and with
-  `magnetar`, same message size, batching on.
+* **Magnetar** (`broker standalone --single-process`, E2/Qw2/Qa2) with the official `pulsar-client` and with `magnetar`,
+  same message size, batching on, under the peers' window: at most 512 messages unconfirmed
+  (``max_pending_messages``, the producer waiting for room), in batches of at most 64 messages (the stream
+  driver's frame). Rows: ``pulsar_client`` and ``magnetar`` with the journal fsync on (the default, the
+  headline); ``pulsar_client_no_fsync``, a second standalone with ``journalSyncData=false``, which makes the
+  RabbitMQ stream's promise (confirmed once in the page cache) and so compares like with like; and
+  ``pulsar_client_deep``, fsync on with the other suites' deep window (50,000 pending, batches of 1,000).
 * **The machine**: the disk's fdatasync rate for 512-byte writes and loopback TCP bandwidth.
 
 JetStream 2.9 has no per-message fsync option (it syncs every 2 minutes by default), so the comparison
@@ -35,6 +40,10 @@ from loadtest.bench.report import print_table
 MESSAGE_BYTES = 100
 WINDOW = 512
 QW = 2  # write quorum of `broker standalone` (E2/Qw2/Qa2)
+DEEP_WINDOW, DEEP_BATCH = 50_000, 1000  # the broker and client suites' producer: not the peers' window
+# Which rows fsync before they confirm (the report prints it beside each).
+FSYNCS = {"pulsar_client": True, "magnetar": True, "pulsar_client_deep": True, "pulsar_client_no_fsync": False,
+          "rabbitmq_quorum": True, "rabbitmq_stream": False, "nats_jetstream": False}
 
 
 
@@ -74,9 +83,17 @@ async def _nats(url: str, messages: int, body_bytes: int = MESSAGE_BYTES) -> dic
         js = nc.jetstream()
         await js.add_stream(name=stream, subjects=[stream.lower()], storage="file")
         body = b"x" * body_bytes
+        left = [messages]
+
+        async def publisher() -> None:
+            # WINDOW of these keep WINDOW publishes in flight: a sliding window, as the other drivers keep,
+            # not rounds of WINDOW that each wait for the slowest acknowledgement.
+            while left[0] > 0:
+                left[0] -= 1
+                await js.publish(stream.lower(), body)
+
         start = time.perf_counter()
-        for first in range(0, messages, WINDOW):
-            await asyncio.gather(*(js.publish(stream.lower(), body) for _ in range(min(WINDOW, messages - first))))
+        await asyncio.gather(*(publisher() for _ in range(min(WINDOW, messages))))
         produced = time.perf_counter() - start
         sub = await js.pull_subscribe(stream.lower(), durable="bench")
         got = 0
@@ -121,7 +138,7 @@ def _count(size: int, n: int, quick: bool) -> int:
 
 
 PEERS = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum")
-MAGNETAR = ("pulsar_client", "magnetar")
+MAGNETAR = ("pulsar_client", "magnetar", "pulsar_client_no_fsync", "pulsar_client_deep")
 
 
 def rabbitmq_by_size(root: Path, counts: dict[int, int]) -> dict[str, dict[str, dict]]:
@@ -161,7 +178,7 @@ def run(quick: bool = False) -> dict:
         "disk_64k": fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0),
         "loopback_tcp_mb_per_s": loopback_tcp_mb_per_s(1.0 if quick else 3.0),
     }
-    sweep: dict[str, dict[str, dict]] = {"nats_jetstream": {}, "pulsar_client": {}, "magnetar": {}}
+    sweep: dict[str, dict[str, dict]] = {"nats_jetstream": {}, **{m: {} for m in MAGNETAR}}
     sweep.update(rabbitmq_by_size(root, {size: _count(size, n, quick) for size in SIZES}))
     proc, url = _nats_server(root)
     try:
@@ -171,15 +188,34 @@ def run(quick: bool = False) -> dict:
     finally:
         proc.terminate()
         proc.wait(10)
-    deployment = _Deployment(root, cluster=False)
+    batch = rabbitmq.STREAM_BATCH
+    deployment = _Deployment(root / "fsync", cluster=False)
+    try:
+        url = deployment.broker.service_url
+        for size in SIZES:
+            count = _count(size, n, quick)
+            os.sync()
+            sweep["pulsar_client"][str(size)] = official_produce(url, count, size, window=WINDOW, batch_messages=batch)
+            os.sync()
+            sweep["magnetar"][str(size)] = uvloop.run(magnetar_produce_consume(url, count, size, window=WINDOW,
+                                                                               batch_messages=batch))
+            os.sync()
+            sweep["pulsar_client_deep"][str(size)] = official_produce(url, count, size, window=DEEP_WINDOW,
+                                                                      batch_messages=DEEP_BATCH)
+    finally:
+        deployment.stop()
+    deployment = _Deployment(root / "no-fsync", cluster=False, env={"MAGNETAR_BROKER_JOURNAL_SYNC_DATA": "false"})
     try:
         for size in SIZES:
             os.sync()
-            sweep["pulsar_client"][str(size)] = official_produce(deployment.broker.service_url, _count(size, n, quick), size)
-            os.sync()
-            sweep["magnetar"][str(size)] = uvloop.run(magnetar_produce_consume(deployment.broker.service_url, _count(size, n, quick), size))
+            sweep["pulsar_client_no_fsync"][str(size)] = official_produce(
+                deployment.broker.service_url, _count(size, n, quick), size, window=WINDOW, batch_messages=batch)
     finally:
         deployment.stop()
+    # The disk again at the end: on a shared host it can change several-fold within one run, and every
+    # figure above sits between the two measurements.
+    results["disk_512b_end"] = fsync_bandwidth(root, 512, 1.0 if quick else 3.0)
+    results["disk_64k_end"] = fsync_bandwidth(root, 64 * 1024, 1.0 if quick else 3.0)
     for system in sweep.values():  # one name for the produce rate across the three drivers
         for r in system.values():
             r.setdefault("produce_msg_per_s", r.get("msg_per_s"))
@@ -201,11 +237,13 @@ def run(quick: bool = False) -> dict:
     for name, limit in (("ratio_64k_to_physical", "physical_limit_64k_mb_per_s"),
                         ("ratio_64k_to_journal_only_limit", "journal_only_limit_64k_mb_per_s")):
         results[name] = {system: sweep[system][big]["produce_mb_per_s"] / results[limit]
-                         for system in ("pulsar_client", "magnetar")}
+                         for system in ("pulsar_client", "magnetar", "pulsar_client_deep")}
     results["config"] = {"messages": n, "message_bytes": MESSAGE_BYTES, "sizes": list(SIZES),
                          "sweep_bytes": SWEEP_BYTES // 20 if quick else SWEEP_BYTES, "nats_window": WINDOW,
                          "window": WINDOW, "rabbitmq_stream_batch": rabbitmq.STREAM_BATCH,
-                         "quick": quick, "magnetar": "broker standalone, E2/Qw2/Qa2, fsync on, batching on"}
+                         "quick": quick, "magnetar": "broker standalone, E2/Qw2/Qa2, batching on",
+                         "magnetar_batch": batch, "deep_window": DEEP_WINDOW, "deep_batch": DEEP_BATCH,
+                         "fsyncs": FSYNCS}
     _print(results)
     return results
 
@@ -223,13 +261,15 @@ def _print(results: dict) -> None:
                    f"loopback TCP: {results['loopback_tcp_mb_per_s']:,.0f} MB/s", "produce_msg_s": "", "consume_msg_s": "",
          "vs_nats": ""},
     ], ["system", "produce_msg_s", "consume_msg_s", "vs_nats"])
-    columns = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", "pulsar_client", "magnetar")
+    columns = ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", *MAGNETAR)
     rows = [{"size_bytes": size, **{system: results["by_size"][system][str(size)]["produce_mb_per_s"]
                                     for system in columns}}
             for size in results["config"]["sizes"]]
     rows.append({"size_bytes": "64 KiB limit", "magnetar": results["physical_limit_64k_mb_per_s"],
                  "pulsar_client": f"disk 64 KiB fdatasync {results['disk_64k']['mb_per_s']:,.0f} MB/s / (Qw 2 x 2)"})
     print_table("produce MB/s by message size", rows, ["size_bytes", *columns])
-    print_table("Magnetar (pulsar-client) / peer, produce, by size", [
-        {"size_bytes": size, **{p: results["ratios_by_size"][str(size)][f"pulsar_client_to_{p}"] for p in PEERS}}
-        for size in results["config"]["sizes"]], ["size_bytes", *PEERS])
+    for m in ("pulsar_client", "pulsar_client_no_fsync"):
+        print_table(f"Magnetar ({m}) / peer, produce, by size", [
+            {"size_bytes": size, **{p: results["ratios_by_size"][str(size)][f"{m}_to_{p}"] for p in PEERS}}
+            for size in results["config"]["sizes"]], ["size_bytes", *PEERS])
+    print("fsync before confirming: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in FSYNCS.items()))

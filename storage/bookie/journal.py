@@ -326,7 +326,7 @@ _STOP = object()  # finish the pending group, then exit
 _HALT = object()  # exit at once, failing what is pending (a simulated crash)
 
 # (record count, bytes, fsync seconds), called from the writer thread.
-GroupObserver = Callable[[int, int, float], None]
+GroupObserver = Callable[[int, int, float | None], None]  # records, bytes, fsync seconds (None: not synced)
 
 
 class Journal:
@@ -551,10 +551,11 @@ class Journal:
             if self._file_size > 0 and self._file_size + group_bytes > self._config.journal_max_file_size_bytes:
                 self._open_file(self._file_id + 1)
             self._file_size += write_all(self._fd, gather(chunks))
-            started = time.perf_counter()
+            elapsed = None  # journal_sync_data off: acknowledged from the page cache, no fsync to time
             if self._config.journal_sync_data:
+                started = time.perf_counter()
                 self._fsync(self._fd)
-            elapsed = time.perf_counter() - started
+                elapsed = time.perf_counter() - started
         except OSError as exc:
             log.error("journal %s: write/fsync failed, journal stops acknowledging: %s", self.dir, exc)
             self._failed = exc

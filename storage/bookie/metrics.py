@@ -64,9 +64,11 @@ class BookieMetrics:
         return {"count": len(samples), "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
                 "max_ms": max(samples)}
 
-    def observe_group(self, records: int, nbytes: int, fsync_s: float) -> None:
-        """Journal writer thread callback (prometheus metrics are thread-safe)."""
+    def observe_group(self, records: int, nbytes: int, fsync_s: float | None) -> None:
+        """Journal writer thread callback (prometheus metrics are thread-safe). ``fsync_s`` is None for a group
+        written without fsync (journal_sync_data off): the fsync histogram's count is then the fsyncs done."""
         self.journal_group_size.observe(records)
         self.journal_bytes.inc(nbytes)
-        self.journal_fsync_latency.observe(fsync_s)
-        self._recent_fsync_s.append(fsync_s)
+        if fsync_s is not None:
+            self.journal_fsync_latency.observe(fsync_s)
+            self._recent_fsync_s.append(fsync_s)

@@ -92,13 +92,18 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     assert p["pulsar_client"]["msg_per_s"] > 0 and p["magnetar"]["produce_msg_per_s"] > 0
     assert p["ratio_magnetar_to_nats"] == p["magnetar"]["produce_msg_per_s"] / p["nats_jetstream"]["produce_msg_per_s"]
     assert p["loopback_tcp_mb_per_s"] > 0 and p["disk_512b"]["fsyncs_per_s"] > 0
-    for system in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", "pulsar_client", "magnetar"):
+    for system in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum", "pulsar_client", "magnetar",
+                   "pulsar_client_no_fsync", "pulsar_client_deep"):
         assert [int(s) for s in p["by_size"][system]] == p["config"]["sizes"] == [100, 1024, 16384, 65536]
         assert all(x["produce_mb_per_s"] > 0 for x in p["by_size"][system].values())
     for size in ("100", "65536"):
         for peer in ("nats_jetstream", "rabbitmq_stream", "rabbitmq_quorum"):
             assert p["ratios_by_size"][size][f"pulsar_client_to_{peer}"] == (
                 p["by_size"]["pulsar_client"][size]["produce_mb_per_s"] / p["by_size"][peer][size]["produce_mb_per_s"])
+    assert p["disk_64k_end"]["mb_per_s"] > 0 and p["disk_512b_end"]["fsyncs_per_s"] > 0  # the disk again, at the end
+    fsyncs = p["config"]["fsyncs"]  # which rows fsync before confirming, as the report prints it
+    assert fsyncs["pulsar_client"] and fsyncs["rabbitmq_quorum"] and not fsyncs["pulsar_client_no_fsync"]
+    assert p["config"]["window"] == 512 and p["by_size"]["pulsar_client"]["100"]["failures"] == 0
     assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 4  # Qw 2, journal + entry log
     assert p["journal_only_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
     assert p["ratio_64k_to_physical"]["magnetar"] == (
@@ -109,6 +114,7 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
         assert heading in text
     assert "produce 100 B vs NATS JetStream" in text and "publish p99 at 1,000 msg/s" in text
     assert "produce 64 KiB vs RabbitMQ stream" in text and "RabbitMQ quorum queue (aio-pika)" in text
+    assert "Magnetar + pulsar-client, journal fsync off: **no**" in text
     for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
         assert f"]({chart})" in text
         assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

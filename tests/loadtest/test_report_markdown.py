@@ -120,6 +120,31 @@ def test_the_rabbitmq_peers_get_columns_ratios_and_per_size_verdicts(tmp_path):
     assert "without fsync" in section and "fdatasyncs its write-ahead log" in section
 
 
+def test_the_fsync_off_and_deep_window_rows_get_their_own_ratios_and_the_report_says_who_fsyncs(tmp_path):
+    from loadtest.bench.peers import FSYNCS
+
+    doc = copy.deepcopy(DOC)
+    peers = doc["results"]["peers"]
+    official = {size: r["produce_mb_per_s"] for size, r in peers["by_size"]["pulsar_client"].items()}
+    for kind, scale in (("pulsar_client_no_fsync", 4.0), ("pulsar_client_deep", 2.0)):
+        peers["by_size"][kind] = {size: {"produce_mb_per_s": mb * scale, "produce_msg_per_s": mb * scale * 1e6 / int(size)}
+                                  for size, mb in official.items()}
+    peers["config"] = {**peers["config"], "fsyncs": FSYNCS, "window": 512, "magnetar_batch": 64}
+    stream = {size: mb * 2 for size, mb in official.items()}  # the stream at twice the durable pulsar-client row
+    section = write_report(_with_rabbitmq(doc, stream), tmp_path, "x").read_text()
+    section = section.split("## Peers and physical limits", 1)[1].split("\n## ", 1)[0]
+    assert "| Magnetar + pulsar-client, journal fsync off |" in section  # a column of the MB/s table
+    no_fsync = next(line for line in section.splitlines()
+                    if line.startswith("| 1,024 B | Magnetar + pulsar-client, journal fsync off |"))
+    assert "| 2.00x |" in no_fsync  # 4x the durable row over a stream at 2x it
+    deep = next(line for line in section.splitlines()
+                if line.startswith("| 1,024 B | Magnetar + pulsar-client, 50,000 pending |"))
+    assert "| 1.00x |" in deep
+    assert ("Magnetar + pulsar-client: yes; Magnetar + pulsar-client, 50,000 pending: yes; "
+            "Magnetar + pulsar-client, journal fsync off: **no**") in section
+    assert "RabbitMQ stream (rstream): **no**; RabbitMQ quorum queue (aio-pika): yes" in section
+
+
 def test_the_ledger_section_shows_each_window_the_simpletest_burst_and_both_steady_runs(tmp_path):
     doc = copy.deepcopy(DOC)
     ledger = doc["results"]["ledger"]
