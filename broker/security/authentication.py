@@ -59,6 +59,8 @@ class TokenProvider:
     name = "token"
 
     def __init__(self, key, role_claim: str = "sub", clock: Callable[[], float] = time.time):
+        import jwt  # noqa: F401 (tokens.py defers it; loaded here, at start, not at the first CONNECT on the loop)
+
         self.key = key
         self.role_claim = role_claim
         self.clock = clock

@@ -32,17 +32,15 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
 from broker.errors import AuthenticationError
+
+# PyJWT and cryptography are imported where a key or token is handled, not here: they cost ~0.1 s of CPU,
+# and every broker process imports this module at start whether or not it checks tokens.
 
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512")
 EC_ALGORITHMS = ("ES256", "ES384", "ES512")
 SIGNATURE_ALGORITHMS = HMAC_ALGORITHMS + RSA_ALGORITHMS + EC_ALGORITHMS
-_EC_CURVES = {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
 _SECRET_KEY_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 MIN_SECRET_KEY_BYTES = 32
 MAX_KEY_BYTES = 1 << 20  # a key file is a few KiB; refuse to read something that is clearly not one
@@ -109,6 +107,9 @@ def _is_pem(data: bytes) -> bool:
 
 def load_public_key(data: bytes):
     """An RSA or EC public key from DER (X.509 SubjectPublicKeyInfo) or PEM bytes. Raises InvalidKeyError."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     try:
         key = (serialization.load_pem_public_key(data) if _is_pem(data)
                else serialization.load_der_public_key(data))
@@ -121,6 +122,9 @@ def load_public_key(data: bytes):
 
 def load_private_key(data: bytes):
     """An RSA or EC private key from DER (PKCS#8) or PEM bytes. Raises InvalidKeyError."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     try:
         key = (serialization.load_pem_private_key(data, password=None) if _is_pem(data)
                else serialization.load_der_private_key(data, password=None))
@@ -135,16 +139,24 @@ def algorithms_for(key) -> tuple[str, ...]:
     """The JWT algorithms a validation key accepts: its own family only."""
     if isinstance(key, bytes):
         return HMAC_ALGORITHMS
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     if isinstance(key, (rsa.RSAPublicKey, rsa.RSAPrivateKey)):
         return RSA_ALGORITHMS
     return (_ec_algorithm(key),)
 
 
 def _ec_algorithm(key) -> str:
-    for name, curve in _EC_CURVES.items():
+    for name, curve in _ec_curves().items():
         if isinstance(key.curve, curve):
             return name
     raise InvalidKeyError(f"unsupported EC curve {key.curve.name}: P-256, P-384 or P-521")
+
+
+def _ec_curves() -> dict:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
 
 
 def signing_algorithm(key, requested: str | None = None) -> str:
@@ -168,10 +180,13 @@ def create_secret_key(algorithm: str = "HS256") -> bytes:
 
 def create_key_pair(algorithm: str = "RS256") -> tuple[bytes, bytes]:
     """(private PKCS#8 DER, public X.509 DER), as ``pulsar tokens create-key-pair`` writes them."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     if algorithm in RSA_ALGORITHMS:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     elif algorithm in EC_ALGORITHMS:
-        private = ec.generate_private_key(_EC_CURVES[algorithm]())
+        private = ec.generate_private_key(_ec_curves()[algorithm]())
     else:
         raise InvalidKeyError(f"{algorithm} has no key pair ({', '.join(RSA_ALGORITHMS + EC_ALGORITHMS)})")
     return (
@@ -186,6 +201,8 @@ def create_token(key, subject: str, expires_at: float | None = None, algorithm: 
                  headers: dict | None = None) -> str:
     """A signed token whose ``sub`` is ``subject`` (and ``exp`` ``expires_at``, epoch seconds, when given).
     ``key`` is the secret key's bytes or a private key object."""
+    import jwt
+
     claims: dict = {"sub": subject}
     if expires_at is not None:
         claims["exp"] = int(expires_at)
@@ -211,6 +228,8 @@ def verify_token(token: str, key, role_claim: str = "sub", now: float | None = N
         raise AuthenticationError("missing token: the client sent no token")
     if len(token) > MAX_TOKEN_BYTES:
         raise AuthenticationError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
+    import jwt
+
     now = time.time() if now is None else now
     try:
         header = jwt.get_unverified_header(token)
@@ -252,6 +271,8 @@ def _time_claim(claims: dict, name: str) -> float | None:
 
 def unverified_parts(token: str) -> tuple[dict, dict]:
     """(header, claims) without checking anything, for ``broker tokens show``. Raises AuthenticationError."""
+    import jwt
+
     try:
         return jwt.get_unverified_header(token), jwt.decode(token, options={"verify_signature": False})
     except jwt.InvalidTokenError as exc:

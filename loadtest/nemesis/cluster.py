@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from storage.testing.processes import BookieCluster, BrokerProcess, NetProxyProcess
+from storage.testing.processes import BookieCluster, BrokerProcess, NetProxyProcess, stop_all
 from storage.testing.zookeeper import ZooKeeperServer
 
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -110,10 +110,10 @@ class NemesisCluster:
             raise
 
     def stop(self) -> None:
-        for process in (*self.brokers, self.standalone):
-            if process is not None and process.proc is not None:
-                process.resume()  # a stopped process ignores SIGTERM until it runs again
-                process.stop()
+        running = [p for p in (*self.brokers, self.standalone) if p is not None and p.proc is not None]
+        for process in running:
+            process.resume()  # a stopped process ignores SIGTERM until it runs again
+        stop_all(running)
         if self.bookies:
             for b in self.bookies.bookies:
                 if b.proc is not None:

@@ -171,9 +171,18 @@ class ServiceProcess(abc.ABC):
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM and wait; SIGKILL if it does not exit in time."""
-        if not self.alive:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
+        return self.wait_stopped(timeout_s)
+
+    def terminate(self) -> None:
+        """SIGTERM, without waiting (``stop_all`` signals every process before it waits for any)."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout_s: float = 15.0) -> int | None:
+        """Wait for the exit after ``terminate``; SIGKILL if it does not come in time."""
+        if self.proc is None:
+            return None
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -183,6 +192,18 @@ class ServiceProcess(abc.ABC):
     def restart(self, timeout_s: float = 30.0):
         self.stop()
         return self.start(timeout_s)
+
+
+def stop_all(processes, timeout_s: float = 15.0) -> None:
+    """Stop several processes together: SIGTERM to each, then wait for each (SIGKILL at ``timeout_s``).
+
+    One after another, each stop waits out every earlier one's shutdown, and the processes still running
+    react to each departure (a broker takes over bundles, an auditor looks for lost bookies)."""
+    processes = list(processes)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait_stopped(timeout_s)
 
 
 @dataclass
@@ -434,8 +455,7 @@ class BookieCluster:
         return self
 
     def stop(self) -> None:
-        for bookie in self.bookies:
-            bookie.stop()
+        stop_all(self.bookies)
         for bookie in self.bookies:
             bookie.unmount_disk()
         if self.disk_limit_bytes is not None:

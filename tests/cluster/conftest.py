@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.testing.processes import BrokerProcess
+from storage.testing.processes import BrokerProcess, stop_all
 
 SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
 
@@ -30,8 +30,7 @@ def start_brokers(start_bookies, tmp_path):
         return brokers
 
     yield start
-    for b in started:
-        b.stop()
+    stop_all(started)
 
 
 @pytest.fixture

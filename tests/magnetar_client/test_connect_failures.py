@@ -58,8 +58,12 @@ class ResettingServer:
         return bool(accepted)
 
     def close(self) -> None:
+        # close() alone does not wake an accept() blocked in another thread (the join then waited out its 5 s);
+        # shutdown() does, on Linux.
+        self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         self._thread.join(5)
+        assert not self._thread.is_alive(), "the accept thread did not end"
         self.reset_accepted()
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from storage.testing.processes import BookieCluster, BrokerProcess, NetProxyProcess
+from storage.testing.processes import BookieCluster, BrokerProcess, NetProxyProcess, stop_all
 
 BROKER_SESSION = {"MAGNETAR_BROKER_METADATA_SESSION_TIMEOUT_S": "3"}
 
@@ -61,8 +61,7 @@ def fault_cluster(zookeeper_server, tmp_path):
 
     yield start
     for cluster in started:
-        for b in cluster.brokers:
-            b.stop()
+        stop_all(cluster.brokers)
         cluster.bookies.stop()
         if cluster.proxy is not None:
             cluster.proxy.stop()

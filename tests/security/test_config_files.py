@@ -21,7 +21,7 @@ import trustme
 
 from broker.config import load_config
 from broker.ownership.bundles import NamespaceBundles
-from storage.testing.processes import VENV_BIN, BrokerProcess, free_port
+from storage.testing.processes import VENV_BIN, BrokerProcess, free_port, stop_all
 from storage.testing.waiting import wait_until
 from tests.cluster.support import topics_in
 from tests.official_client.support import admin_call, payloads, receive_n
@@ -168,8 +168,7 @@ def started(tmp_path):
         return broker.start(timeout_s=60)
 
     yield start
-    for broker in brokers:
-        broker.stop()
+    stop_all(brokers)
 
 
 def test_standalone_serves_on_the_ports_its_properties_file_names(tmp_path, started):

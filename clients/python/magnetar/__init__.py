@@ -4,20 +4,40 @@
 the wire codec it shares with the broker is ``magnetar.protocol``.
 """
 
-from magnetar.asyncio.consumer import ConsumerType, InitialPosition
-from magnetar.asyncio.dead_letter import DeadLetterPolicy
-from magnetar.asyncio.partitioned import PartitionsRoutingMode
-from magnetar.asyncio.producer import BatchingType, ProducerAccessMode
-from magnetar.auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
-from magnetar.compression import CompressionType
+import importlib
+
 from magnetar.errors import *  # noqa: F401,F403 (the error classes are part of the top-level API)
 from magnetar.errors import MagnetarError, Result
-from magnetar.message import Message, MessageId
-from magnetar.sync import Client, Consumer, Producer, Reader, TableView
 
+# The rest of the top-level API is imported on first use (PEP 562): the broker imports magnetar.protocol,
+# which runs this file, and every broker and bookie process would otherwise load the whole client at start.
+_LAZY = {
+    "ConsumerType": "magnetar.asyncio.consumer", "InitialPosition": "magnetar.asyncio.consumer",
+    "DeadLetterPolicy": "magnetar.asyncio.dead_letter", "PartitionsRoutingMode": "magnetar.asyncio.partitioned",
+    "BatchingType": "magnetar.asyncio.producer", "ProducerAccessMode": "magnetar.asyncio.producer",
+    "Authentication": "magnetar.auth", "AuthenticationBasic": "magnetar.auth", "AuthenticationTLS": "magnetar.auth",
+    "AuthenticationToken": "magnetar.auth", "CompressionType": "magnetar.compression",
+    "Message": "magnetar.message", "MessageId": "magnetar.message",
+    "Client": "magnetar.sync", "Consumer": "magnetar.sync", "Producer": "magnetar.sync", "Reader": "magnetar.sync",
+    "TableView": "magnetar.sync",
+}
 # The official client's names, so code ports by changing the import.
-ConsumerDeadLetterPolicy = DeadLetterPolicy
+_ALIASES = {"ConsumerDeadLetterPolicy": "DeadLetterPolicy"}
 PulsarException = MagnetarError
+
+
+def __getattr__(name: str):
+    target = _ALIASES.get(name, name)
+    if target not in _LAZY:
+        raise AttributeError(f"module 'magnetar' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[target]), target)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_ALIASES})
+
 
 __all__ = ["Authentication", "AuthenticationBasic", "AuthenticationTLS", "AuthenticationToken", "BatchingType", "Client", "CompressionType", "ConsumerDeadLetterPolicy", "DeadLetterPolicy", "PartitionsRoutingMode", "PulsarException", "ProducerAccessMode", "Consumer", "ConsumerType", "InitialPosition", "MagnetarError", "Message", "MessageId",
            "Producer", "Reader", "Result", "TableView"]
