@@ -171,6 +171,7 @@ def test_standalone_bookies_serve_metrics_where_they_said(standalone, client, to
     produce_and_consume(client, topic, 5)
     printed = bookie_urls(standalone)
     assert sorted(printed) == ["standalone-bookie-a", "standalone-bookie-b", "standalone-bookie-c"]
+    synced = []
     for i, bookie_id in enumerate(sorted(printed)):
         port, url, zone = printed[bookie_id]
         assert (port, zone) == (standalone.bookie_port + i, "abc"[i]) and url.startswith("http://127.0.0.1:")
@@ -178,7 +179,10 @@ def test_standalone_bookies_serve_metrics_where_they_said(standalone, client, to
         assert value(m, "bookie_SERVER_STATUS") == 1
         assert value(m, "bookie_disk_usage_bytes") > 0
         assert value(m, "bookie_disk_usage_ratio") > 0
-        assert value(m, "bookie_journal_fsync_latency_seconds_count") > 0  # every bookie took some of the adds
+        synced.append(value(m, "bookie_journal_fsync_latency_seconds_count"))
+    # The topic's ledger is written to its write quorum (2 of the 3 bookies; which 2 is the placement's choice, and
+    # earlier tests' ledgers may have used the third): at least those two synced the adds.
+    assert sum(1 for n in synced if n > 0) >= 2, synced
 
     # Read-only shows as 0 (BookKeeper's meaning); writable again as 1.
     base = printed["standalone-bookie-c"][1].removesuffix("/metrics")
