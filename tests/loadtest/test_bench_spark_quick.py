@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.loadtest.test_bench_quick import run_suite
 
 
+@pytest.mark.timeout(900)  # two fresh SparkSessions, one per source, each starting a JVM
 def test_spark_suite_quick_writes_complete_json(tmp_path):
-    result, doc = run_suite("spark", tmp_path, timeout_s=600)
+    result, doc = run_suite("spark", tmp_path, timeout_s=840)
     assert "rate-micro-batch (reference)" in result.stdout
     r = doc["results"]
     for part in (r, r["warm"]):  # each session's first query, then a second one with the session warmed up
