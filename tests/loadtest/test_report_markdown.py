@@ -88,6 +88,14 @@ def test_the_spark_section_has_the_warm_query_beside_the_cold_one(tmp_path):
     assert f"| cold | ratio |  |  | {spark['ratio']:.2f} |" in section
 
 
+def test_the_spark_section_says_how_the_sessions_were_set_up(tmp_path):
+    doc = copy.deepcopy(DOC)  # written when both sources shared one session
+    section = lambda: write_report(doc, tmp_path, "x").read_text().split("## Spark source", 1)[1]  # noqa: E731
+    assert "Both ran in one session, ours first" in section() and "fresh SparkSession" not in section()
+    doc["results"]["spark"]["config"]["sessions"] = "one fresh driver process per source"
+    assert "Each source runs in a fresh SparkSession" in section() and "Both ran in one session" not in section()
+
+
 def _with_rabbitmq(doc: dict, stream_mb_per_s: dict[str, float]) -> dict:
     """The peers result as `bench peers` now writes it: both RabbitMQ kinds and the per-size ratios."""
     from loadtest.bench.peers import ratios_by_size
