@@ -162,7 +162,9 @@ def lost_range(start: Offset, ledgers: list[LedgerInfo], mark_delete: Offset | N
     """
     if start.is_earliest or not ledgers:
         return None
-    if mark_delete is not None and not after(Offset(mark_delete.ledger, mark_delete.entry), start):
+    # Compared entry by entry: our own cumulative ack of a batch's last message (start, a batch index) leaves the
+    # broker's mark-delete on that whole entry, which is not past start -- the rest of that batch does not exist.
+    if mark_delete is not None and (mark_delete.ledger, mark_delete.entry) <= (start.ledger, start.entry):
         return None
     ids = [info.ledger_id for info in ledgers]
     if start.ledger in ids or start.ledger > ids[-1]:

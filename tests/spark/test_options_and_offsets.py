@@ -144,6 +144,10 @@ def test_split_ranges_cover_every_message_exactly_once():
     (Offset(3, 4), LEDGERS, None, None),  # its ledger is stored: nothing after it is gone
     (Offset(2, 4), LEDGERS, None, (Offset(2, 4), Offset(3, 0))),  # its ledger is gone
     (Offset(2, 4), LEDGERS, Offset(2, 4), None),  # our subscription held everything after it
+    # our cumulative ack of a batch's last message (index 690) left the mark-delete on the whole entry; its ledger
+    # then rolled over and was trimmed: nothing after start existed there (a false data loss before)
+    (Offset(2, 4, 690, 0), LEDGERS, Offset(2, 4), None),
+    (Offset(2, 4, 690, 0), LEDGERS, Offset(2, 5), (Offset(2, 4, 690, 0), Offset(3, 0))),  # one entry past it
     (Offset(2, 4), LEDGERS, Offset(3, 1), (Offset(2, 4), Offset(3, 0))),  # the subscription moved past it
     (Offset(12, 0), LEDGERS, None, None),  # a ledger after the last: nothing of it can have been trimmed
 ])
