@@ -309,6 +309,10 @@ def run(quick: bool = False, attacks_to_run: tuple[str, ...] = ATTACK_ORDER, dep
                              **memory, "rss_before_mb": quiet_rss, **_broker_up(broker, rss, port)}
             time.sleep(settle_s)  # the attacker's tail (its close) is in neither window
             rss.reset()
+        if attacks and broker.alive:
+            q0 = time.perf_counter()
+            time.sleep(quiet_s)  # the last attack's aftermath gets a window too
+            quiet.append((q0, time.perf_counter()))
     finally:
         if good is not None:
             good.stop()
@@ -331,18 +335,32 @@ def _attack_entry(name: str, port: int, topic: str, seconds: float, kwargs: dict
 
 def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, connection_timeout_s, sizes,
              deployed) -> dict:
+    # Each quiet window but the first follows an attack, and whatever that attack left behind (10,000 producers
+    # closing, gigabytes of writes still reaching the disk) lands in it. So the reference is the median of the
+    # windows' p99s, which one polluted window cannot move, and each window after an attack is charged to that
+    # attack as its aftermath: its target holds only if both its own window and the one after it are within 5x.
+    windows = [good.window(q0, q1) for q0, q1 in quiet]
+    window_p99s = [w["p99_ms"] for w in windows if w.get("p99_ms") is not None]
     quiet_lat = [lat for q0, q1 in quiet for due, lat in good.published if q0 <= due < q1 and lat is not None]
-    reference = {**latency_summary_ms(quiet_lat), "windows": len(quiet)}
-    reference_p99 = reference["p99_ms"] if quiet_lat else None
+    reference = {**latency_summary_ms(quiet_lat), "pooled_p99_ms": latency_summary_ms(quiet_lat).get("p99_ms"),
+                 "p99_ms": statistics.median(window_p99s) if window_p99s else None,
+                 "window_p99_ms": [w.get("p99_ms") for w in windows], "windows": len(quiet)}
+    reference_p99 = reference["p99_ms"]
+    ran = [name for name, a in attacks.items() if "window" in a]
     for name, a in attacks.items():
         if "window" not in a:
             continue
         a["good_client"] = good.window(*a.pop("window"))
         p99 = a["good_client"].get("p99_ms")
         a["p99_ratio"] = p99 / reference_p99 if p99 is not None and reference_p99 else None
+        after = ran.index(name) + 1  # quiet window i comes before the i-th attack that ran
+        a["after_p99_ms"] = windows[after].get("p99_ms") if after < len(windows) else None
+        a["after_ratio"] = (a["after_p99_ms"] / reference_p99
+                            if a["after_p99_ms"] is not None and reference_p99 else None)
         a["stayed_up"] = bool(a["alive"] and a["healthy"] and a["connect_ping_ms"] is not None)
         a["targets_met"] = {"stayed_up": a["stayed_up"], "rss_under_1_gib": a["rss_peak_mb"] < RSS_TARGET_MB,
-                            "p99_within_5x": a["p99_ratio"] is not None and a["p99_ratio"] <= RATIO_TARGET}
+                            "p99_within_5x": a["p99_ratio"] is not None and a["p99_ratio"] <= RATIO_TARGET
+                            and (a["after_ratio"] is None or a["after_ratio"] <= RATIO_TARGET)}
     results = {
         "reference": reference, "attacks": attacks, "broker_alive_at_end": survived, "fd_limit": fds,
         "config": {"rate_per_s": RATE_PER_S, "message_bytes": MESSAGE_BYTES, "quiet_window_s": quiet_s,
@@ -357,13 +375,14 @@ def _results(good, quiet, attacks, survived, fds, quick, quiet_s, attack_s, conn
 
 def _print(r: dict) -> None:
     ref = r["reference"]
-    rows = [{"attack": "none (reference: all quiet windows)", "good_p99_ms": ref.get("p99_ms"), "ratio": 1.0,
-             "rss_peak_mb": "", "largest_mb": "", "up": "yes", "told": ""}]
+    rows = [{"attack": "none (reference: median of the quiet windows' p99)", "good_p99_ms": ref.get("p99_ms"),
+             "ratio": 1.0, "after_ratio": "", "rss_peak_mb": "", "largest_mb": "", "up": "yes", "told": ""}]
     for name, a in r["attacks"].items():
         if "good_client" not in a:
             rows.append({"attack": name, "told": a.get("skipped", "")})
             continue
         rows.append({"attack": name, "good_p99_ms": a["good_client"].get("p99_ms"), "ratio": a["p99_ratio"],
+                     "after_ratio": a["after_ratio"] if a["after_ratio"] is not None else "",
                      "rss_peak_mb": a["rss_peak_mb"],
                      "largest_mb": f"{a['rss_largest_process_peak_mb']:.0f} ({a['rss_largest_process']})",
                      "up": "yes" if a["stayed_up"] else "NO",
@@ -373,8 +392,13 @@ def _print(r: dict) -> None:
     print_table(f"hostile clients: the good client at {RATE_PER_S:,} msg/s beside each attack, broker standalone "
                 f"({config['deployment']}, {config['processes']} processes; open files {fds['soft_before']} -> "
                 f"{fds['soft']}, hard {fds['hard']})", rows,
-                ["attack", "good_p99_ms", "ratio", "rss_peak_mb", "largest_mb", "up", "told"])
+                ["attack", "good_p99_ms", "ratio", "after_ratio", "rss_peak_mb", "largest_mb", "up", "told"])
+    print("quiet windows' p99 (ms), in order: " + ", ".join(_fmt_ms(v) for v in ref.get("window_p99_ms", [])))
     print(f"targets: broker up, RSS (sum over its processes) < {RSS_TARGET_MB} MB, p99 ratio <= {RATIO_TARGET:g}")
+
+
+def _fmt_ms(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def median_of(runs: list[dict]) -> dict:
