@@ -7,6 +7,11 @@ the tests see exactly the frames and status codes the bookie sends.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from storage import digest, protocol as p
@@ -87,3 +92,27 @@ class Conn:
 def dir_bytes(path: Path) -> int:
     """Sum of the sizes of every file under ``path``."""
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+async def kill_9_after_acks(script: str, data_dir: Path, at_least: int, timeout_s: float) -> int:
+    """Runs ``script`` (a bookie writing into ``data_dir`` and printing ``acked <entry id>`` after each acknowledged
+    batch) in a child process, kills it with SIGKILL once it has acked ``at_least``, and returns the last id acked."""
+    repo = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen([sys.executable, "-c", script, str(data_dir)], cwd=repo, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(repo)})
+    acked = -1
+    try:
+        deadline = time.monotonic() + timeout_s
+        while acked < at_least:
+            line = await asyncio.to_thread(child.stdout.readline)
+            if not line:
+                raise AssertionError(f"child exited early with {child.wait()}")
+            if line.startswith(b"acked"):
+                acked = int(line.split()[1])
+            if time.monotonic() > deadline:
+                raise TimeoutError("child did not ack enough entries")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    return acked

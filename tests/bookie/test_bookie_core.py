@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +30,7 @@ from storage.errors import (
 )
 from storage.protocol import LAST_ENTRY
 from storage.testing.waiting import wait_until_async
+from tests.bookie.support import kill_9_after_acks
 
 DEADLINE_S = 10.0
 KEY = b"master-key"
@@ -308,28 +305,8 @@ _CHILD = textwrap.dedent(
 
 async def test_kill_9_loses_no_acknowledged_entry(tmp_path):
     data_dir = tmp_path / "bookie"
-    repo = Path(__file__).resolve().parents[2]
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(data_dir)],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(repo)},
-    )
-    acked = -1
-    try:
-        deadline = time.monotonic() + 30
-        while acked < 2000:  # enough for checkpoints and write-cache flushes to have happened
-            line = await asyncio.to_thread(child.stdout.readline)
-            if not line:
-                raise AssertionError(f"child exited early with {child.wait()}")
-            if line.startswith(b"acked"):
-                acked = int(line.split()[1])
-            if time.monotonic() > deadline:
-                raise TimeoutError("child did not ack enough entries")
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+    # enough for checkpoints and write-cache flushes to have happened before the kill
+    acked = await kill_9_after_acks(_CHILD, data_dir, at_least=2000, timeout_s=30)
 
     # The crash left part of the history in ledger storage, the rest only in the journal.
     index = LedgerIndex(data_dir / "ledgers" / "index", map_size_bytes=1 << 30)

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +18,7 @@ from storage.bookie.journal import ADD, FENCE, MASTER_KEY, JournalRecord, list_j
 from storage.bookie.journal_lanes import LARGE_LANE_DIR, all_of, lane_for
 from storage.errors import BookieInternalError
 from storage.testing.waiting import wait_until_async
+from tests.bookie.support import kill_9_after_acks
 
 DEADLINE_S = 10.0
 KEY = b"master-key"
@@ -226,24 +223,8 @@ _CHILD = textwrap.dedent(
 
 async def test_kill_9_loses_no_acknowledged_entry_of_either_lane(tmp_path):
     data_dir = tmp_path / "bookie"
-    repo = Path(__file__).resolve().parents[2]
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(data_dir)], cwd=repo, stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(repo)})
-    acked = -1
-    try:
-        deadline = time.monotonic() + 60
-        while acked < 300:  # several checkpoints and write-cache flushes happen meanwhile
-            line = await asyncio.to_thread(child.stdout.readline)
-            if not line:
-                raise AssertionError(f"child exited early with {child.wait()}")
-            if line.startswith(b"acked"):
-                acked = int(line.split()[1])
-            if time.monotonic() > deadline:
-                raise TimeoutError("child did not ack enough entries")
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+    # several checkpoints and write-cache flushes happen before the kill
+    acked = await kill_9_after_acks(_CHILD, data_dir, at_least=300, timeout_s=60)
 
     large_dir = data_dir / "journal" / LARGE_LANE_DIR
     assert any((large_dir / f"journal-{i}.log").stat().st_size for i in list_journal_files(large_dir))
