@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 20.0  # a child given SIGTERM that has not exited by then gets SIGKILL
 START_TIMEOUT_S = 120.0
 MAX_WORKERS = 64
+MAX_PORT_PICKS = 100  # picks for one listener of one worker before the plan gives up
 FIRST_RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 STABLE_RUN_S = 60.0  # a child that ran this long before dying is restarted at once, as after a first failure
@@ -92,17 +93,27 @@ def workers_for(config: BrokerConfig, cores: int) -> tuple[int, str | None]:
 
 def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port: Callable[[], int]) -> list[BrokerConfig]:
     """The config of each of ``count`` workers: worker 0 keeps the configured listeners, the others get ports from
-    ``pick_port`` for each listener that is on, and no Stream API. Raises ValueError for a plan that cannot work."""
+    ``pick_port`` for each listener that is on, and no Stream API. Every port of the plan is distinct: a pick that
+    repeats a port already in it is discarded. Raises ValueError for a plan that cannot work."""
     if not 1 <= count <= MAX_WORKERS:
         raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {count}")
     if count > 1 and config.advertised_listeners:
         raise ValueError("advertisedListeners names one broker's ports; with it, run --workers 1 or --single-process")
     if count > 1 and 0 in (config.port, config.http_port, config.tls_port, config.https_port):
         raise ValueError("port 0 (any) cannot be the cluster's advertised port with several workers; name the port")
+    taken = {p for p in (config.port, config.http_port, config.tls_port, config.https_port, config.stream_port) if p}
+
+    def own(port: int | None) -> int | None:
+        if port is None:
+            return None
+        for _ in range(MAX_PORT_PICKS):
+            if (picked := pick_port()) not in taken:
+                taken.add(picked)
+                return picked
+        raise ValueError(f"no free port distinct from the plan's {sorted(taken)} after {MAX_PORT_PICKS} picks")
+
     plans = [dataclasses.replace(config, metadata_store_url=metadata_url)]
     for _ in range(1, count):
-        def own(port: int | None) -> int | None:
-            return None if port is None else pick_port()
         plans.append(dataclasses.replace(
             config, metadata_store_url=metadata_url, port=own(config.port), http_port=own(config.http_port),
             tls_port=own(config.tls_port), https_port=own(config.https_port), stream_port=None, metrics_worker_urls=()))
@@ -120,10 +131,24 @@ def restart_delay_s(previous_delay_s: float | None, ran_for_s: float) -> float:
     return min(previous_delay_s * 2, MAX_RESTART_DELAY_S)
 
 
-def loopback_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+class HeldPorts:
+    """Free ports on ``host``, each kept bound until ``release()``: while a plan is made no two picks, and no other
+    process binding port 0, can get the same port. The workers bind them after the release."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.host = host
+        self._sockets: list[socket.socket] = []
+
+    def __call__(self) -> int:
+        s = socket.socket()
+        self._sockets.append(s)
+        s.bind((self.host, 0))
         return s.getsockname()[1]
+
+    def release(self) -> None:
+        for s in self._sockets:
+            s.close()
+        self._sockets.clear()
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -181,9 +206,10 @@ class Supervisor:
 
         With a data directory (the standalone): serve its embedded store, start the bookies, then the workers.
         Without one (`broker start --workers N`): the workers only, on the configured metadata store."""
+        held = HeldPorts(self.config.host)  # the workers' ports, kept from the bookies' port-0 binds until used
         try:
             url = self.config.metadata_store_url if self.data_dir is None else await self._serve_metadata()
-            plans = plan_workers(self.config, self.workers, url, lambda: loopback_port(self.config.host))
+            plans = plan_workers(self.config, self.workers, url, held)
             if self.data_dir is not None:
                 check_bookie_count(self.bookie_count, self.config)
 
@@ -194,6 +220,7 @@ class Supervisor:
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))
+            held.release()
             # Worker 0 first: the first broker of a cluster writes the cluster's URLs, which must be the
             # advertised ones; the others join it.
             await self._spawn(self.brokers[0])
@@ -202,6 +229,7 @@ class Supervisor:
             await asyncio.gather(*(self._until_ready(c) for c in self.brokers[1:]))
             self._started = True
         except BaseException:
+            held.release()
             await self.stop()
             raise
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import socket
 
 import pytest
 
@@ -43,6 +44,37 @@ def test_a_listener_that_is_off_stays_off_on_every_worker_and_tls_gets_its_own_p
     plans = plan_workers(config, 2, URL, ports())
     assert (plans[1].port, plans[1].http_port, plans[1].tls_port, plans[1].https_port) == (None, 40000, 40001, 40002)
     assert (plans[0].tls_port, plans[0].https_port) == (6651, 8443)
+
+
+@pytest.mark.parametrize("picks, expected", [
+    ([40000, 40001, 40002, 40003], [(40000, 40001), (40002, 40003)]),
+    ([40000, 40000, 40001, 40002, 40003], [(40000, 40001), (40002, 40003)]),  # a repeat of the worker's own
+    ([40000, 40001, 40001, 40000, 40002, 40003], [(40000, 40001), (40002, 40003)]),  # of another worker's
+    ([6650, 8080, 4181, 40000, 40001, 40002, 40003], [(40000, 40001), (40002, 40003)]),  # of worker 0's
+])
+def test_every_port_of_the_plan_is_distinct_even_when_a_pick_repeats(picks, expected):
+    config = BrokerConfig(metadata_store_url="x://", port=6650, http_port=8080, stream_port=4181)
+    plans = plan_workers(config, 3, URL, iter(picks).__next__)
+    assert [(p.port, p.http_port) for p in plans[1:]] == expected
+
+
+def test_a_plan_that_finds_no_distinct_port_says_so():
+    config = BrokerConfig(metadata_store_url="x://", port=6650, http_port=8080)
+    with pytest.raises(ValueError, match="no free port distinct from the plan's"):
+        plan_workers(config, 2, URL, lambda: 6650)
+
+
+def test_held_ports_are_distinct_and_bound_until_released():
+    from broker.workers import HeldPorts
+
+    held = HeldPorts()
+    picked = [held() for _ in range(20)]
+    assert len(set(picked)) == 20
+    with socket.socket() as s, pytest.raises(OSError):
+        s.bind(("127.0.0.1", picked[0]))
+    held.release()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", picked[0]))
 
 
 @pytest.mark.parametrize("count, changes, message", [
