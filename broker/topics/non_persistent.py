@@ -20,8 +20,8 @@ import itertools
 import time
 from typing import Sequence
 
-from broker.errors import ConsumerBusyError, NotAllowedError, ProducerBusyError, SubscriptionNotFoundError, TopicFencedError
-from broker.subscriptions import SubscriptionType
+from broker.errors import ConsumerBusyError, NotAllowedError, ProducerBusyError, TopicFencedError
+from broker.subscriptions import SubscriptionType, detach_last_consumer
 from broker.subscriptions.consumer import Consumer, DispatchedEntry
 from broker.subscriptions.key_shared import NONE_KEY, ConsistentHashingSelector, StickyRangesSelector, sticky_key_hash
 from broker.subscriptions.single_active import choose_active_consumer
@@ -333,14 +333,7 @@ class NonPersistentTopic:
         return sub
 
     async def unsubscribe(self, sub_name: str, consumer: Consumer | None = None) -> None:
-        sub = self.subscriptions.get(sub_name)
-        if sub is None:
-            raise SubscriptionNotFoundError(f"subscription {sub_name} does not exist on {self.name}")
-        others = [c for c in sub.consumers if c is not consumer]
-        if others:
-            raise ConsumerBusyError(f"subscription {sub_name} has {len(others)} other consumer(s) connected")
-        if consumer is not None:
-            await sub.remove_consumer(consumer)
+        await detach_last_consumer(self.name, self.subscriptions, sub_name, consumer)
         self.subscriptions.pop(sub_name, None)
         self.last_active = time.monotonic()
 

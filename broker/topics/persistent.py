@@ -24,12 +24,12 @@ from broker.errors import (
 from broker.compaction.compactor import TopicCompaction
 from broker.compaction.model import CURSOR_NAME as COMPACTION_CURSOR
 from broker.compaction.view import plain_view, read_compacted as read_compacted_view
-from broker.subscriptions import SubscriptionType
+from broker.subscriptions import SubscriptionType, detach_last_consumer
 from broker.subscriptions.consumer import Consumer
 from broker.subscriptions.subscription import Subscription
 from broker.topics import lifecycle
 from broker.topics.dedup import CURSOR_NAME as DEDUP_CURSOR, Deduplication, DupStatus
-from broker.topics.producer import AccessMode, Producer, Verdict, admit
+from broker.topics.producer import Producer, Verdict, admit
 from broker.topics.throttling import TopicRates
 from magnetar.protocol.frames import parse_headers_and_payload
 from magnetar.topic_name import TopicName
@@ -324,14 +324,7 @@ class PersistentTopic:
         self.subscriptions[sub_name] = Subscription(self, sub_name, cursor, durable=True)
 
     async def unsubscribe(self, sub_name: str, consumer: Consumer | None = None) -> None:
-        sub = self.subscriptions.get(sub_name)
-        if sub is None:
-            raise SubscriptionNotFoundError(f"subscription {sub_name} does not exist on {self.name}")
-        others = [c for c in sub.consumers if c is not consumer]
-        if others:
-            raise ConsumerBusyError(f"subscription {sub_name} has {len(others)} other consumer(s) connected")
-        if consumer is not None:
-            await sub.remove_consumer(consumer)
+        sub = await detach_last_consumer(self.name, self.subscriptions, sub_name, consumer)
         await self.remove_subscription(sub_name, delete=sub.durable)
 
     async def remove_subscription(self, sub_name: str, delete: bool = False) -> None:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from loadtest.bench.report import latency_summary_ms, print_table
+from storage.testing.processes import process_tree
 
 RATE_PER_S = 1000
 MESSAGE_BYTES = 100
@@ -53,25 +54,6 @@ def raise_fd_limit() -> dict:
     return {"soft_before": soft, "hard": hard, "soft": got, "enough": got >= FD_WANTED}
 
 
-def _process_tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc (the multi-process standalone: supervisor, bookies, workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-        children.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
 class _RssWatch:
     """The resident memory of the broker's process tree (one process with --single-process; the supervisor, its
     bookies and workers otherwise), sampled every 20 ms: the peak of the sum over the tree, and the peak of the
@@ -79,7 +61,7 @@ class _RssWatch:
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.pids = _process_tree(pid)
+        self.pids = process_tree(pid)
         self.peak_sum_kb = 0
         self.peak_kb: dict[int, int] = {}
         self.hwm_resettable = True
@@ -105,7 +87,7 @@ class _RssWatch:
                 self.peak_kb[pid] = max(self.peak_kb.get(pid, 0), kb)
 
     def reset(self) -> None:
-        self.pids = _process_tree(self.pid)  # the same processes unless one died and was replaced
+        self.pids = process_tree(self.pid)  # the same processes unless one died and was replaced
         rss = {pid: self._field_kb(pid, "VmRSS") for pid in self.pids}
         self.peak_sum_kb, self.peak_kb = sum(rss.values()), rss
         for pid in self.pids:

@@ -407,6 +407,33 @@ def standalone_children(pid: int) -> dict[str, int]:
     return found
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc (the multi-process standalone: supervisor, bookies, workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and every descendant, found before any is killed: a child that started a session of its
+    own (BrokerProcess does) is outside ``root``'s process group and would otherwise outlive it, re-parented."""
+    for pid in process_tree(root):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def process_alive(pid: int) -> bool:
     """False once the process is gone or a zombie (dead, not yet reaped)."""
     try:

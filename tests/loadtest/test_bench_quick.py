@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from storage.testing.processes import kill_tree
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -16,9 +18,18 @@ def run_suite(suite: str, tmp_path, timeout_s: int, *extra: str):
     out = tmp_path / f"{suite}.json"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    result = subprocess.run([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out), *extra],
-                            cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+    # A suite that overruns is killed with every process it started (its standalone, Spark's driver and JVM), not
+    # only the bench process, so none is left running into the next tests.
+    proc = subprocess.Popen([sys.executable, "-m", "loadtest.bench", suite, "--quick", "--out", str(out), *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": str(scratch)})
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException:  # the timeout, or pytest's own (an exception raised into this frame)
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not list(scratch.iterdir()), "the suite left its data behind"
     return result, json.loads(out.read_text())

@@ -13,6 +13,7 @@ import pytest
 
 from loadtest.bench import rabbitmq
 from loadtest.bench.peers import WINDOW, rabbitmq_by_size, ratios_by_size
+from storage.testing.processes import process_tree
 
 SIZES = {100: 2_000, 65536: 200}
 
@@ -37,19 +38,9 @@ def test_a_tiny_peers_run_against_real_rabbitmq_gives_both_kinds_at_each_size(tm
     assert not _erlang_processes_of(tmp_path / "rabbitmq"), "the node or its epmd outlived the run"
 
 
-def _process_tree(pid: int) -> set[int]:
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(frontier.pop())], capture_output=True, text=True).stdout
-        children = {int(x) for x in out.split()}
-        frontier += children - tree
-        tree |= children
-    return tree
-
-
 def test_the_node_and_its_epmd_listen_on_loopback_only(tmp_path):
     with rabbitmq.RabbitMQServer(tmp_path) as server:
-        pids = _process_tree(server._server.pid) | {server._epmd.pid}
+        pids = {*process_tree(server._server.pid), server._epmd.pid}
         listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
         ours = [line.split()[3] for line in listening if any(f"pid={pid}," in line for pid in pids)]
         ports = {int(address.rsplit(":", 1)[1]) for address in ours}
