@@ -22,7 +22,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.service import BrokerService
-from broker.standalone_layout import DEFAULT_BOOKIES, check_bookie_count, metadata_url, standalone_bookie_configs  # noqa: F401 -- re-exported
+from broker.standalone_layout import DEFAULT_BOOKIES, HeldPorts, check_bookie_count, metadata_url, standalone_bookie_configs  # noqa: F401 -- re-exported
 from storage.bookie.process import BookieService
 from storage.metadata import open_store
 
@@ -56,15 +56,20 @@ class Standalone:
         config = standalone_broker_config(config)
         store = await open_store(config.metadata_store_url)
         bookies: list[BookieService] = []
+        held = HeldPorts(config.host)
         try:
-            for bookie_config in standalone_bookie_configs(data_dir, config.metadata_store_url, bookie_port, config.host,
-                                                           bookie_http_port, bookie_count,
-                                                           journal_sync_data=config.journal_sync_data):
+            configs = standalone_bookie_configs(
+                data_dir, config.metadata_store_url, bookie_port, config.host, bookie_http_port, bookie_count,
+                journal_sync_data=config.journal_sync_data, pick_port=held,
+                avoid=(config.port, config.http_port, config.tls_port, config.https_port, config.stream_port))
+            held.release()
+            for bookie_config in configs:
                 bookies.append(await BookieService.start(bookie_config, store=store))
             broker = await BrokerService.start(config, store=store)
         except BaseException:
             for bookie in reversed(bookies):
                 await bookie.stop()
+            held.release()
             await store.close()
             raise
         return cls(broker, bookies, store)

@@ -43,17 +43,17 @@ import logging
 import os
 import pickle
 import signal
-import socket
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
-from broker.standalone_layout import DEFAULT_BOOKIES, check_bookie_count, metadata_url, standalone_bookie_configs
+from broker.standalone_layout import (DEFAULT_BOOKIES, HeldPorts, check_bookie_count, metadata_url, pick_distinct,
+                                      standalone_bookie_configs)
 from storage.bookie.config import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,6 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 20.0  # a child given SIGTERM that has not exited by then gets SIGKILL
 START_TIMEOUT_S = 120.0
 MAX_WORKERS = 64
-MAX_PORT_PICKS = 100  # picks for one listener of one worker before the plan gives up
 FIRST_RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 STABLE_RUN_S = 60.0  # a child that ran this long before dying is restarted at once, as after a first failure
@@ -91,26 +90,23 @@ def workers_for(config: BrokerConfig, cores: int) -> tuple[int, str | None]:
     return max(1, cores), None
 
 
-def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port: Callable[[], int]) -> list[BrokerConfig]:
+def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port: Callable[[], int],
+                 avoid: Iterable[int] = ()) -> list[BrokerConfig]:
     """The config of each of ``count`` workers: worker 0 keeps the configured listeners, the others get ports from
-    ``pick_port`` for each listener that is on, and no Stream API. Every port of the plan is distinct: a pick that
-    repeats a port already in it is discarded. Raises ValueError for a plan that cannot work."""
+    ``pick_port`` for each listener that is on, and no Stream API. Every port of the plan is distinct, and none is
+    in ``avoid`` (the bookies'): a pick that repeats one is discarded. Raises ValueError for a plan that cannot
+    work."""
     if not 1 <= count <= MAX_WORKERS:
         raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {count}")
     if count > 1 and config.advertised_listeners:
         raise ValueError("advertisedListeners names one broker's ports; with it, run --workers 1 or --single-process")
     if count > 1 and 0 in (config.port, config.http_port, config.tls_port, config.https_port):
         raise ValueError("port 0 (any) cannot be the cluster's advertised port with several workers; name the port")
-    taken = {p for p in (config.port, config.http_port, config.tls_port, config.https_port, config.stream_port) if p}
+    taken = {p for p in (config.port, config.http_port, config.tls_port, config.https_port, config.stream_port,
+                         *avoid) if p}
 
     def own(port: int | None) -> int | None:
-        if port is None:
-            return None
-        for _ in range(MAX_PORT_PICKS):
-            if (picked := pick_port()) not in taken:
-                taken.add(picked)
-                return picked
-        raise ValueError(f"no free port distinct from the plan's {sorted(taken)} after {MAX_PORT_PICKS} picks")
+        return None if port is None else pick_distinct(pick_port, taken)
 
     plans = [dataclasses.replace(config, metadata_store_url=metadata_url)]
     for _ in range(1, count):
@@ -129,26 +125,6 @@ def restart_delay_s(previous_delay_s: float | None, ran_for_s: float) -> float:
     if previous_delay_s is None or ran_for_s >= STABLE_RUN_S:
         return FIRST_RESTART_DELAY_S
     return min(previous_delay_s * 2, MAX_RESTART_DELAY_S)
-
-
-class HeldPorts:
-    """Free ports on ``host``, each kept bound until ``release()``: while a plan is made no two picks, and no other
-    process binding port 0, can get the same port. The workers bind them after the release."""
-
-    def __init__(self, host: str = "127.0.0.1"):
-        self.host = host
-        self._sockets: list[socket.socket] = []
-
-    def __call__(self) -> int:
-        s = socket.socket()
-        self._sockets.append(s)
-        s.bind((self.host, 0))
-        return s.getsockname()[1]
-
-    def release(self) -> None:
-        for s in self._sockets:
-            s.close()
-        self._sockets.clear()
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -206,18 +182,23 @@ class Supervisor:
 
         With a data directory (the standalone): serve its embedded store, start the bookies, then the workers.
         Without one (`broker start --workers N`): the workers only, on the configured metadata store."""
-        held = HeldPorts(self.config.host)  # the workers' ports, kept from the bookies' port-0 binds until used
+        # The children's chosen ports stay bound until their owners start: the bookies' HTTP ports until the bookies
+        # start, the workers' until the bookies are up (kept from any port-0 bind of theirs).
+        held, held_for_bookies = HeldPorts(self.config.host), HeldPorts(self.config.host)
         try:
             url = self.config.metadata_store_url if self.data_dir is None else await self._serve_metadata()
-            plans = plan_workers(self.config, self.workers, url, held)
+            bookie_ports = [] if self.data_dir is None else [self.bookie_port + i for i in range(self.bookie_count)]
+            plans = plan_workers(self.config, self.workers, url, held, avoid=bookie_ports)
             if self.data_dir is not None:
                 check_bookie_count(self.bookie_count, self.config)
-
+                worker_ports = [p for c in plans for p in (c.port, c.http_port, c.tls_port, c.https_port, c.stream_port)]
                 self.bookies = [Child(f"bookie-{c.bookie_id.rsplit('-', 1)[1]}", "bookie", c) for c in
                                 standalone_bookie_configs(self.data_dir, url, self.bookie_port, self.config.host,
                                                           self.bookie_http_port, self.bookie_count,
-                                                          journal_sync_data=self.config.journal_sync_data)]
+                                                          journal_sync_data=self.config.journal_sync_data,
+                                                          pick_port=held_for_bookies, avoid=worker_ports)]
             self.brokers = [Child(f"worker-{i}", "broker", c) for i, c in enumerate(plans)]
+            held_for_bookies.release()
             await asyncio.gather(*(self._spawn(c) for c in self.bookies))
             await asyncio.gather(*(self._until_ready(c) for c in self.bookies))
             held.release()
@@ -230,6 +211,7 @@ class Supervisor:
             self._started = True
         except BaseException:
             held.release()
+            held_for_bookies.release()
             await self.stop()
             raise
 

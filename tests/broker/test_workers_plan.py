@@ -64,8 +64,28 @@ def test_a_plan_that_finds_no_distinct_port_says_so():
         plan_workers(config, 2, URL, lambda: 6650)
 
 
+def test_worker_ports_avoid_the_bookies_ports_which_are_not_bound_yet_when_the_plan_is_made():
+    config = BrokerConfig(metadata_store_url="x://", port=6650, http_port=8080)
+    picks = iter([3181, 40000, 3183, 40001])
+    plans = plan_workers(config, 2, URL, picks.__next__, avoid=[3181, 3182, 3183])
+    assert (plans[1].port, plans[1].http_port) == (40000, 40001)
+
+
+@pytest.mark.parametrize("picks, avoid, expected", [
+    ([40000, 40001, 40002], (), [40000, 40001, 40002]),
+    ([3182, 40000, 40000, 40001, 3181, 40002], (), [40000, 40001, 40002]),  # a sibling's port, a repeat
+    ([6650, 40000, 8080, 40001, 40002], (6650, 8080, None), [40000, 40001, 40002]),  # the broker's
+])
+def test_bookie_http_ports_picked_for_the_standalone_are_distinct_from_every_planned_port(tmp_path, picks, avoid,
+                                                                                          expected):
+    from broker.standalone_layout import standalone_bookie_configs
+
+    configs = standalone_bookie_configs(tmp_path, "memory://x", 3181, pick_port=iter(picks).__next__, avoid=avoid)
+    assert [(c.port, c.http_port) for c in configs] == list(zip([3181, 3182, 3183], expected))
+
+
 def test_held_ports_are_distinct_and_bound_until_released():
-    from broker.workers import HeldPorts
+    from broker.standalone_layout import HeldPorts
 
     held = HeldPorts()
     picked = [held() for _ in range(20)]
