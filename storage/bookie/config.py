@@ -43,6 +43,9 @@ class BookieConfig:
     # ADDs this large or larger go to a journal lane of their own (<journal_dir>/large, journal_lanes.py), so a
     # small add never waits behind a large one's write and fdatasync; 0 puts every record in one lane.
     journal_large_record_bytes: int = 256 * 1024
+    # The large lane and the entry logs write to the device in steps of this many bytes, each waited for
+    # (sync_file_range), so a small add's fdatasync on the same disk waits behind one step at most; 0: one go.
+    write_back_step_bytes: int = 256 * 1024
     # Journal damage other than a torn tail (journal_damage.py): "auto" starts
     # read-only unless a ledger here may have no other copy, then refuses;
     # "refuse" always refuses to start.
@@ -153,6 +156,8 @@ class BookieConfig:
             raise ValueError(
                 f"journal_corruption_policy must be 'auto' or 'refuse', got {self.journal_corruption_policy!r}"
             )
+        if self.write_back_step_bytes < 0:
+            raise ValueError(f"write_back_step_bytes must be >= 0 (0: no steps), got {self.write_back_step_bytes}")
         if self.journal_large_record_bytes < 0:
             raise ValueError(f"journal_large_record_bytes must be >= 0 (0: one lane), got {self.journal_large_record_bytes}")
         if self.journal_buffered_writes_threshold_bytes <= 0:

@@ -1,5 +1,5 @@
 """Writing a list of byte pieces to a file in order, without joining large pieces first (the bookie journal), and
-writing back what was written in bounded steps (the entry log)."""
+writing back what was written in bounded steps (the entry log, the journal's large lane)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,29 @@ def write_all(fd: int, pieces: list[bytes], writev=os.writev) -> int:
             views[0] = views[0][n:]
     return total
 
+
+def write_in_steps(fd: int, pieces: list[bytes], step_bytes: int, write_back: Callable[[int], None]) -> int:
+    """``write_all`` in steps of at most ``step_bytes``, each written back to the device and waited for before the
+    next: the device queue then never holds more than one step of these bytes, so a small journal's fdatasync on
+    the same disk waits behind one step, not behind a whole 5 MiB record. Not a durability point: fsync still is."""
+    total = 0
+    step: list[memoryview] = []
+    room = step_bytes
+    for piece in pieces:
+        view = memoryview(piece)
+        while len(view):
+            take = view[:room]
+            step.append(take)
+            view = view[len(take):]
+            room -= len(take)
+            if room == 0:
+                total += write_all(fd, step)
+                write_back(fd)
+                step, room = [], step_bytes
+    if step:
+        total += write_all(fd, step)
+        write_back(fd)
+    return total
 
 
 # sync_file_range(2) flags: wait for writeback already under way, start it for every dirty page, wait for it.

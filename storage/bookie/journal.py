@@ -60,7 +60,8 @@ from typing import Callable, Iterator, NamedTuple
 from crc32c import crc32c
 
 from storage.bookie.config import BookieConfig
-from storage.bookie.file_writes import gather, write_all
+from storage.bookie import file_writes
+from storage.bookie.file_writes import gather, write_all, write_in_steps
 from storage.bookie.group_commit import LARGE_RECORD_BYTES, commit_order, keep_taking, should_flush, wait_budget_ms
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
@@ -346,9 +347,12 @@ class Journal:
         fsync: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         observe_group: GroupObserver | None = None,
+        write_back_step_bytes: int = 0,
     ):
         self.dir = Path(journal_dir)
         self._config = config
+        # > 0 (the large lane): groups are written in steps, each sent to the device before the next (file_writes)
+        self._write_back_step = write_back_step_bytes if file_writes.write_back is not None else 0
         self._fsync = fsync or os.fdatasync
         self._clock = clock
         self._observe = observe_group
@@ -550,7 +554,11 @@ class Journal:
         try:
             if self._file_size > 0 and self._file_size + group_bytes > self._config.journal_max_file_size_bytes:
                 self._open_file(self._file_id + 1)
-            self._file_size += write_all(self._fd, gather(chunks))
+            if self._write_back_step and group_bytes > self._write_back_step:
+                self._file_size += write_in_steps(self._fd, gather(chunks), self._write_back_step,
+                                                  file_writes.write_back)
+            else:
+                self._file_size += write_all(self._fd, gather(chunks))
             elapsed = None  # journal_sync_data off: acknowledged from the page cache, no fsync to time
             if self._config.journal_sync_data:
                 started = time.perf_counter()

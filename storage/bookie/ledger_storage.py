@@ -113,7 +113,8 @@ class LedgerStorage:
         config.ledger_dir.mkdir(parents=True, exist_ok=True)
         self.index = LedgerIndex(config.ledger_dir / "index")
         self.entry_logger = EntryLogger(
-            config.ledger_dir, config.entry_log_max_file_size_bytes, on_write=on_entry_log_write
+            config.ledger_dir, config.entry_log_max_file_size_bytes, on_write=on_entry_log_write,
+            write_back_step_bytes=config.write_back_step_bytes,
         )
         self.states: dict[int, LedgerDescriptor] = self.index.load_states()
         self._active: dict[EntryKey, bytes] = {}

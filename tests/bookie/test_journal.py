@@ -30,7 +30,7 @@ from storage.bookie.journal import (
     read_mark,
     write_mark,
 )
-from storage.bookie.file_writes import write_all
+from storage.bookie.file_writes import write_all, write_in_steps
 from storage.errors import BookieInternalError, BookieShuttingDownError
 
 DEADLINE_S = 10.0
@@ -110,6 +110,24 @@ def test_write_all_writes_a_real_file(tmp_path):
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"".join(chunks)
+
+
+@pytest.mark.parametrize("sizes, step, expected_steps", [
+    ([10], 4, [4, 4, 2]),
+    ([3, 3, 3], 4, [4, 4, 1]),  # a step spans pieces
+    ([4, 4], 4, [4, 4]),
+    ([1, 0, 2], 100, [3]),  # fewer bytes than a step: one write-back, at the end
+])
+def test_write_in_steps_writes_back_each_step_before_the_next(tmp_path, sizes, step, expected_steps):
+    pieces = [bytes([65 + i]) * n for i, n in enumerate(sizes)]
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    backs: list[int] = []  # the file's size at each write-back
+    try:
+        assert write_in_steps(fd, pieces, step, lambda f: backs.append(os.fstat(f).st_size)) == sum(sizes)
+    finally:
+        os.close(fd)
+    assert [b - a for a, b in zip([0, *backs], backs)] == expected_steps
+    assert (tmp_path / "f").read_bytes() == b"".join(pieces)
 
 
 def test_record_layout_is_length_crc_body():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage import digest
+from storage.bookie import file_writes
 from storage.bookie.bookie import Bookie
 from storage.bookie.config import BookieConfig
 from storage.bookie.journal import ADD, FENCE, MASTER_KEY, JournalRecord, list_journal_files
@@ -174,6 +175,29 @@ async def test_one_lane_when_the_threshold_is_zero(tmp_path):
     large_dir = config.journal_dir / LARGE_LANE_DIR
     assert all((large_dir / f"journal-{i}.log").stat().st_size == 0 for i in list_journal_files(large_dir))
     await b.close()
+
+
+async def test_the_large_lane_reaches_the_device_in_steps_and_the_main_lane_in_one_go(tmp_path, monkeypatch):
+    step = 256 * 1024
+    backs: dict[str, list[int]] = {}  # lane directory -> bytes written since its previous write-back, at each one
+
+    def write_back(fd: int) -> None:
+        lane = os.path.basename(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
+        sizes = backs.setdefault(lane, [])
+        sizes.append(os.fstat(fd).st_size - sum(sizes))
+
+    monkeypatch.setattr(file_writes, "write_back", write_back)
+    config = make_config(tmp_path, write_back_step_bytes=step)
+    b = await Bookie.open(config)
+    try:
+        await b.add_entry(1, 0, entry(1, 0, 100), KEY, False)
+        await b.add_entry(1, 1, entry(1, 1, 5 * 1024 * 1024), KEY, False)
+        assert await b.read_entry(1, 1) == entry(1, 1, 5 * 1024 * 1024)
+    finally:
+        await b.close()
+    large = backs[LARGE_LANE_DIR]
+    assert max(large) <= step and sum(large) > 5 * 1024 * 1024  # one 5 MiB record, 21 steps
+    assert config.journal_dir.name not in backs  # the main lane's small records: one write, then fdatasync
 
 
 async def test_a_clean_restart_replays_nothing_and_checkpoints_trim_both_lanes(tmp_path):
