@@ -81,9 +81,10 @@ def test_lane_for(record, threshold, lane):
     assert lane_for(record, threshold) == lane
 
 
-def test_a_negative_large_record_threshold_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="journal_large_record_bytes"):
-        make_config(tmp_path, journal_large_record_bytes=-1).validate()
+@pytest.mark.parametrize("key", ["journal_large_record_bytes", "write_back_step_bytes"])
+def test_a_negative_large_record_threshold_or_write_back_step_is_refused(tmp_path, key):
+    with pytest.raises(ValueError, match=key):
+        make_config(tmp_path, **{key: -1}).validate()
 
 
 async def test_all_of_takes_the_primary_outcome_and_optionally_the_others_failure():
