@@ -351,9 +351,8 @@ class Journal:
     ):
         self.dir = Path(journal_dir)
         self._config = config
-        # > 0 (the large lane): groups are written in steps, each sent to the device before the next (file_writes),
-        # so the other lane's fdatasync waits behind one step. Without fdatasync (journal_sync_data off) there is
-        # no such wait to shorten, and the steps would only slow the lane.
+        # > 0 (the large lane): groups go to the device in steps (file_writes), so the other lane's fdatasync waits
+        # behind one step. Without fdatasync (journal_sync_data off) there is no such wait, and steps only slow it.
         stepping = file_writes.write_back is not None and config.journal_sync_data
         self._write_back_step = write_back_step_bytes if stepping else 0
         self._fsync = fsync or os.fdatasync
