@@ -208,9 +208,8 @@ class Bookie:
                 # have readers and recovery look for entries that were never written.
                 raise BadRequestError(f"ADD ledger {ledger_id} entry {entry_id} carries lac {lac} (must be "
                                       f"-1..{entry_id - 1}) and length {length} (must be >= 0)")
-            storage = self._storage
-            if storage.write_cache_full:
-                await self._make_room()
+            if not self._storage.write_cache_has_room(len(body)):
+                await self._make_room(len(body))
             state = self._state_for_write(ledger_id, master_key)
             if state.fenced and not recovery:
                 raise LedgerFencedError(f"ledger {ledger_id} is fenced")
@@ -267,12 +266,17 @@ class Bookie:
         self._journal.append(JournalRecord(MASTER_KEY, ledger_id, -1, master_key)).add_done_callback(_consume)
         return state
 
-    async def _make_room(self) -> None:
-        """Back-pressure: wait until the write cache has room, starting a flush."""
-        while self._storage.write_cache_full:
+    async def _make_room(self, entry_bytes: int) -> None:
+        """Back-pressure: wait until the write cache has room for an entry of ``entry_bytes``, starting a flush."""
+        counted = False
+        while not self._storage.write_cache_has_room(entry_bytes):
             if self._checkpoint_task is None:
                 self._start_checkpoint()
             else:
+                if not counted:
+                    size = "large" if self.config.is_large_entry(entry_bytes) else "small"
+                    self.metrics.write_cache_waits.labels(size).inc()
+                    counted = True
                 try:
                     await asyncio.shield(self._checkpoint_task)
                 except StorageError as exc:

@@ -141,6 +141,10 @@ class BookieConfig:
     def zone(self) -> str:
         return parse_network_location(self.network_location)[0]
 
+    def is_large_entry(self, entry_bytes: int) -> bool:
+        """An entry of the large journal lane, which also stops short of the write cache's last quarter."""
+        return 0 < self.journal_large_record_bytes <= entry_bytes
+
     def validate(self) -> "BookieConfig":
         """Cross-field checks. Returns self; raises ValueError naming the field."""
         parse_network_location(self.network_location)

@@ -52,6 +52,10 @@ class BookieMetrics:
             "bookie_compaction_reclaimed_bytes", "Entry log bytes reclaimed by compaction", registry=r
         )
         self.write_cache_bytes = Gauge("bookie_write_cache_bytes", "Bytes in the write cache", registry=r)
+        self.write_cache_waits = Counter(
+            "bookie_write_cache_waits", "Adds that waited for a flush to make room in the write cache, by entry size "
+            "(large: journal_large_record_bytes and up)", ["entry"], registry=r
+        )
         self.ledgers = Gauge("bookie_ledgers", "Ledgers this bookie holds", registry=r)
         # The histogram says "since start"; an operator looking at a slow disk wants "lately".
         self._recent_fsync_s: collections.deque[float] = collections.deque(maxlen=RECENT_FSYNCS)
