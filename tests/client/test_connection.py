@@ -246,3 +246,33 @@ async def test_large_adds_go_over_a_second_connection_so_small_ones_never_queue_
     pool.drop("b")
     assert main.closed and bulk.closed
     await pool.close()
+
+
+async def test_a_large_add_goes_out_a_slice_per_loop_turn_and_arrives_whole_and_in_order(server_factory):
+    from storage.client.connection import _WRITE_SLICE_BYTES
+
+    server = await server_factory(ok_read)
+    pool = pool_for(server)
+    conn = pool.connection("b", bulk=True)
+    await wait_until_async(lambda: conn._transport is not None, 5, "the connection to be made")
+    turns: list[list[int]] = [[]]  # bytes handed to the transport, per loop turn
+    real_write = conn._transport.write
+    conn._transport.write = lambda data: (turns[-1].append(len(data)), real_write(data))
+    ticking = True
+
+    async def ticker():  # marks each turn of the loop
+        while ticking:
+            await asyncio.sleep(0)
+            turns.append([])
+
+    tick = asyncio.ensure_future(ticker())
+    bodies = [bytes([65 + e]) * (1_000_000 + e) for e in range(3)]
+    results = await asyncio.gather(*(pool.add("b", 1, e, b"k", body) for e, body in enumerate(bodies)))
+    ticking = False
+    await tick
+    assert [r.entry_id for r in results] == [0, 1, 2]
+    assert [r.body for r in server.requests] == bodies  # whole, in order, nothing interleaved
+    per_turn = [sum(t) for t in turns if t]
+    assert max(per_turn) <= _WRITE_SLICE_BYTES
+    assert sum(per_turn) > sum(map(len, bodies)) and len(per_turn) >= sum(map(len, bodies)) // _WRITE_SLICE_BYTES
+    await pool.close()
