@@ -39,10 +39,14 @@ _SUBSCRIPTION = click.option("-s", "--subscription", required=True, help="Subscr
 
 @topics.command("list")
 @click.argument("namespace", type=NAMESPACE)
+@click.option("-td", "--topic-domain", type=click.Choice(["persistent", "non_persistent"]),
+              help="Only this domain's topics (both when not given).")
 @pass_rest
-def list_topics(rest, namespace):
-    """Get the list of topics of a namespace (partitions of partitioned topics included)."""
-    emit(rest.get(f"/admin/v2/persistent/{ns_path(namespace)}"))
+def list_topics(rest, namespace, topic_domain):
+    """Get the list of topics of a namespace (partitions of partitioned topics included), persistent then
+    non-persistent, as pulsar-admin lists them."""
+    domains = [topic_domain.replace("_", "-")] if topic_domain else ["persistent", "non-persistent"]
+    emit([name for domain in domains for name in rest.get(f"/admin/v2/{domain}/{ns_path(namespace)}")])
 
 
 @topics.command("list-partitioned-topics")

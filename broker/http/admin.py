@@ -413,26 +413,6 @@ async def last_message_id(request):
                               "partitionIndex": topic.name.partition_index, "batchIndex": batch_index})
 
 
-@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
-@requires(Need.TENANT_ADMIN)
-async def partitioned_stats(request):
-    service, topic = _service(request), _topic(request)
-    count = await service.resources.partition_count(topic)
-    if count == 0:
-        raise NotFoundError(f"partitioned topic {topic} does not exist")
-    parts = {}
-    for i in range(count):
-        name = str(topic.partition(i))
-        partition = await service.get_topic(topic.partition(i), create=True)
-        parts[name] = service.topic_stats.add_rates(name, partition.stats())
-    total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog",
-                                                             "msgRateIn", "msgRateOut", "msgThroughputIn",
-                                                             "msgThroughputOut")}
-    # Pulsar's perPartition defaults to true; false leaves the per-partition stats out.
-    per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})
-
-
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")
 @requires(Need.TENANT_ADMIN)
 async def unload(request):

@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import ssl
-
-import aiohttp
 from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
+from broker.http.forwarding import ask_owner, topic_path
 from broker.ownership.ownership import NAMESPACE_ROOT
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
 from magnetar.compression import CompressionError, decompress
 from magnetar.protocol.frames import parse_headers_and_payload
-from magnetar.topic_name import encode_local_name
 from storage.client.api import parse_registration
 from storage.errors import NoNodeError
 
@@ -46,7 +43,6 @@ TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 MAX_PEEK_POSITION = 1_000_000  # a peek walks the unconsumed positions up to n
 MAX_EXPIRE_SECONDS = 100 * 365 * 24 * 3600
-FORWARD_TIMEOUT_S = 30
 BOOKIES_AVAILABLE = "/ledgers/available"
 
 
@@ -149,23 +145,6 @@ async def terminate(request):
                               "partitionIndex": topic.name.partition_index})
 
 
-async def _terminate_at(request, owner, partition) -> tuple[int, object]:
-    """Terminate a partition on the broker that owns it (its own terminate route), with the caller's credentials:
-    (status, answer)."""
-    service = request.app[SERVICE]
-    base = owner.web_url(request.secure)
-    url = f"{base}/admin/v2/persistent/{partition.namespace_name}/{encode_local_name(partition.local_name)}/terminate"
-    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
-    tls = {"ssl": ssl.create_default_context(cafile=service.config.tls_trust_certs_file_path)} \
-        if base.startswith("https:") else {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as http:
-        async with http.post(url, headers=headers, allow_redirects=False, **tls) as resp:
-            body = await resp.text()
-            if resp.status != 200:
-                return resp.status, f"terminating {partition} on broker {owner.broker_id}: {body[:500]}"
-            return 200, json.loads(body)
-
-
 @routes.post(TOPIC + "/terminate/partitions")
 @requires(Need.TENANT_ADMIN)
 async def terminate_partitions(request):
@@ -185,7 +164,7 @@ async def terminate_partitions(request):
             last = await (await service.get_topic(partition, create=True)).terminate()
             answer[str(i)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": i}
             continue
-        status, doc = await _terminate_at(request, owner, partition)
+        status, doc = await ask_owner(request, owner, "POST", topic_path(partition, "terminate"))
         if status != 200:
             return web.json_response({"reason": doc}, status=status)
         answer[str(i)] = doc

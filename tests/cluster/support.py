@@ -17,9 +17,9 @@ from storage.testing.waiting import wait_until
 def lookup(broker, topic: str, authoritative: bool = False) -> str:
     """The owner's service URL, through ``broker``'s HTTP lookup (which assigns an unowned bundle, following the
     redirect to the broker placement chooses; ``authoritative`` makes ``broker`` itself take it)."""
-    name = topic.split("://", 1)[1]
+    domain, name = topic.split("://", 1)
     query = "?authoritative=true" if authoritative else ""
-    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{name}{query}", timeout=30) as resp:
+    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/{domain}/{name}{query}", timeout=30) as resp:
         return json.loads(resp.read())["brokerUrl"]
 
 
