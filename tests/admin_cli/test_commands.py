@@ -7,6 +7,7 @@ broker's own reason on stderr.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pulsar
@@ -171,6 +172,45 @@ def test_topics_lifecycle_stats_and_partitions(admin, client):
     admin("topics", "delete-partitioned-topic", partitioned).ok()
     gone = admin("topics", "get-partitioned-topic-metadata", partitioned).json()
     assert gone == {"partitions": 0}
+
+
+RECORD = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+RECORD_V1 = {**RECORD, "fields": [*RECORD["fields"], {"name": "note", "type": "string", "default": ""}]}
+
+
+def test_schemas_upload_get_and_delete(admin, tmp_path):
+    topic = f"persistent://public/default/{_name('sch')}"
+    admin("topics", "create", topic).ok()
+    for i, record in enumerate((RECORD, RECORD_V1)):
+        (tmp_path / f"v{i}.json").write_text(json.dumps({"type": "AVRO", "schema": json.dumps(record),
+                                                          "properties": {"owner": "billing"}}))
+        admin("schemas", "upload", topic, "-f", str(tmp_path / f"v{i}.json")).ok()
+    latest = admin("schemas", "get", topic).json()
+    assert (latest["version"], latest["type"], json.loads(latest["data"])) == (1, "AVRO", RECORD_V1)
+    assert latest["properties"] == {"owner": "billing"}
+    assert json.loads(admin("schemas", "get", topic, "-v", "0").json()["data"]) == RECORD
+    every = admin("schemas", "get", topic, "--all-version").json()["getSchemaResponses"]
+    assert [v["version"] for v in every] == [0, 1]
+    (tmp_path / "breaking.json").write_text(json.dumps({"type": "AVRO", "schema": json.dumps(
+        {**RECORD, "fields": [{"name": "id", "type": "string"}]})}))
+    refused = admin("schemas", "upload", topic, "-f", str(tmp_path / "breaking.json"))
+    assert refused.returncode == 1 and "HTTP 409" in refused.stderr
+    admin("schemas", "delete", topic).ok()
+    gone = admin("schemas", "get", topic)
+    assert gone.returncode == 1 and "HTTP 404" in gone.stderr
+
+
+def test_topics_compact_and_compaction_status(admin, client):
+    topic = f"persistent://public/default/{_name('cmp')}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for value in (b"1", b"2", b"3"):
+        producer.send(value, partition_key="k")
+    assert admin("topics", "compact", topic).lines() == [f"Topic compaction requested for {topic}"]
+    assert admin("topics", "compaction-status", topic, "-w").lines() == ["Compaction was a success"]
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert reader.read_next(10_000).data() == b"3"  # the key's last value only
+    reader.close()
+    producer.close()
 
 
 def test_short_topic_names_mean_public_default(admin):
