@@ -66,8 +66,8 @@ def topic_path(name, action: str) -> str:
 
 async def ask_owner(request, owner, method: str, path: str) -> tuple[int, object]:
     """``method path`` on broker ``owner``, for one part of a request this broker has already authorized (a
-    partition of a partitioned topic another broker serves): (200, its JSON answer) or (its status, a reason
-    naming that broker). The caller's ``Authorization`` goes with it; a caller who proved their role otherwise
+    partition of a partitioned topic another broker serves, a bundle another broker owns): (its 2xx status, its
+    JSON answer or None for none) or (its status, a reason naming that broker). The caller's ``Authorization`` goes with it; a caller who proved their role otherwise
     (a TLS client certificate) is vouched for by this broker's own credentials (``brokerClientAuthentication*``),
     as Pulsar's broker asks with its own admin client. Raises ServiceNotReadyError when the owner cannot be
     asked."""
@@ -80,10 +80,10 @@ async def ask_owner(request, owner, method: str, path: str) -> tuple[int, object
         doc = json.loads(answer) if answer else None
     except ValueError:
         doc = None
-    if status == 200 and doc is not None:
-        return 200, doc
+    if 200 <= status < 300 and (doc is not None or not answer):
+        return status, doc
     reason = doc.get("reason") if isinstance(doc, dict) else None
-    return (status if status != 200 else 502), \
+    return (status if status >= 300 else 502), \
         f"{method} {path} on broker {owner.broker_id}: {reason or answer[:500].decode(errors='replace')}"
 
 

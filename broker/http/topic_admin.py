@@ -10,8 +10,8 @@ Topics: ``POST terminate`` (answers the last message id), ``POST terminate/parti
 asking the owner of a partition another broker owns), ``GET internal-info``
 (the managed ledger's metadata), ``GET backlog``. Namespaces: ``PUT unload``,
 ``POST clearBacklog`` (every subscription of every loaded topic, or one with
-``?subscription=``; a bundle's with ``.../{bundle}/clearBacklog``),
-``GET topics``. Brokers: ``GET /admin/v2/brokers/{cluster}``,
+``?subscription=``; a bundle's with ``.../{bundle}/clearBacklog``): on every
+bundle, each asked of the broker that owns it; ``GET topics``. Brokers: ``GET /admin/v2/brokers/{cluster}``,
 ``GET /admin/v2/brokers/ready``; bookies: ``GET /admin/v2/bookies/all``,
 ``GET /admin/v2/bookies/racks-info`` (each bookie's zone and upgrade domain,
 from its registration).
@@ -19,14 +19,17 @@ from its registration).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
+import urllib.parse
+
 from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
 from broker.http.forwarding import ask_owner, topic_path
-from broker.ownership.ownership import NAMESPACE_ROOT
+from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
@@ -205,17 +208,37 @@ async def backlog(request):
 # ---- namespaces -----------------------------------------------------------------------
 
 
+async def _each_bundle(request, local, remote: tuple[str, str]) -> web.Response:
+    """Act on every bundle of the namespace in the URL, as Pulsar's broker does: ``local(path)`` on the bundles
+    this broker owns, ``remote`` (method, bundle route action) on each other broker's, asked of its owner with
+    the caller's credentials; a bundle nobody owns has nothing loaded. The first refusal ends the request with
+    its status (the other bundles are done or doing)."""
+    service, ns = request.app[SERVICE], _ns(request)
+    await service.resources.get_policies(ns)  # 404 for a missing namespace
+    bundles = await service.ownership.namespace_bundles(ns, fresh=True)
+
+    async def one(bundle) -> tuple[int, object]:
+        path = service.ownership.bundle_path(ns, bundle)
+        if path in service.ownership.owned:
+            await local(path)
+            return 204, None
+        owner = await service.ownership.owner_at(path)
+        if owner is None or owner.broker_id == service.ownership.me.broker_id:
+            return 204, None  # unowned, or this broker's node from before it let the bundle go
+        method, action = remote
+        return await ask_owner(request, owner, method, f"/admin/v2/namespaces/{ns}/{bundle_name(bundle)}/{action}")
+
+    for status, reason in await asyncio.gather(*(one(b) for b in bundles.ranges())):
+        if status >= 300:
+            return web.json_response({"reason": reason}, status=status)
+    return web.Response(status=204)
+
+
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/unload")
 @requires(Need.SUPERUSER)
 async def unload_namespace(request):
-    """Unload every bundle of the namespace this broker owns (Pulsar asks each owner; a client's lookup then
-    places them afresh)."""
-    service, ns = request.app[SERVICE], _ns(request)
-    await service.resources.get_policies(ns)  # 404 for a missing namespace
-    prefix = f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/"
-    for path in [p for p in list(service.ownership.owned) if p.startswith(prefix)]:
-        await service.unload_bundle(path)
-    return web.Response(status=204)
+    """Unload every bundle of the namespace, each by its owner; a client's lookup then places them afresh."""
+    return await _each_bundle(request, request.app[SERVICE].unload_bundle, ("PUT", "unload"))
 
 
 async def _clear(service, topics, subscription: str | None) -> None:
@@ -223,6 +246,12 @@ async def _clear(service, topics, subscription: str | None) -> None:
         for name, sub in list(topic.subscriptions.items()):
             if sub.durable and (subscription is None or name == subscription):
                 await lifecycle.clear_backlog(sub)
+
+
+async def _clear_bundle(service, path: str, subscription: str | None) -> None:
+    """Clear the backlog of the (named, else every) durable subscription of the loaded topics of one bundle."""
+    await _clear(service, [t for t in list(service.topics.values())
+                           if not t.closed and await service.ownership.path_of(t.name) == path], subscription)
 
 
 def _sub_query(request) -> str | None:
@@ -235,23 +264,18 @@ def _sub_query(request) -> str | None:
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/clearBacklog")
 @requires(Need.TENANT_ADMIN)
 async def clear_namespace_backlog(request):
-    service, ns = request.app[SERVICE], _ns(request)
-    await service.resources.get_policies(ns)
-    topics = [t for t in list(service.topics.values()) if t.name.namespace_name == ns and not t.closed]
-    await _clear(service, topics, _sub_query(request))
-    return web.Response(status=204)
+    service, subscription = request.app[SERVICE], _sub_query(request)
+    query = "" if subscription is None else "?" + urllib.parse.urlencode({"subscription": subscription})
+    return await _each_bundle(request, lambda path: _clear_bundle(service, path, subscription),
+                              ("POST", f"clearBacklog{query}"))
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/clearBacklog")
 @requires(Need.TENANT_ADMIN)
 async def clear_bundle_backlog(request):
-    service = request.app[SERVICE]
     path, _ = await _bundle_here(request)
-    topics = []
     if path is not None:
-        topics = [t for t in list(service.topics.values())
-                  if not t.closed and await service.ownership.path_of(t.name) == path]
-    await _clear(service, topics, _sub_query(request))
+        await _clear_bundle(request.app[SERVICE], path, _sub_query(request))
     return web.Response(status=204)
 
 

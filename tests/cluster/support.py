@@ -28,6 +28,20 @@ def owner_of(brokers, topic: str):
     return next(b for b in brokers if b.service_url == url)
 
 
+def take(broker, topic: str, brokers):
+    """Look ``topic`` up on ``broker`` authoritatively, so that broker takes its unowned bundle; the owner."""
+    url = lookup(broker, topic, authoritative=True)
+    return next(b for b in brokers if b.service_url == url)
+
+
+def one_in_each_of_two_bundles(names) -> list[str]:
+    """The first two of ``names`` (topics of one namespace with the default 4 bundles) in different bundles."""
+    bundles = NamespaceBundles.equal(4)
+    first = names[0]
+    second = next(n for n in names if bundles.bundle_of(parse_topic(n)) != bundles.bundle_of(parse_topic(first)))
+    return [first, second]
+
+
 def client(url: str, api=pulsar):
     if api is pulsar:
         return pulsar.Client(url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))

@@ -14,7 +14,7 @@ from broker.ownership.bundles import NamespaceBundles
 from broker.topics.names import parse_topic
 from storage.testing.waiting import wait_until
 from tests.admin_cli.support import Admin
-from tests.cluster.support import client as _client, lookup, owner_of
+from tests.cluster.support import client as _client, one_in_each_of_two_bundles, owner_of, take
 from tests.official_client.support import admin_call as call
 
 PARTITIONS = 6
@@ -46,24 +46,10 @@ def test_terminate_partitions_reaches_partitions_other_brokers_own(two_brokers):
 # ---- discovery of non-persistent topics other brokers serve ------------------------------------------------------
 
 
-def _take(broker, topic: str, brokers) -> object:
-    """Look ``topic`` up on ``broker`` authoritatively, so that broker takes its unowned bundle; the owner."""
-    url = lookup(broker, topic, authoritative=True)
-    return next(b for b in brokers if b.service_url == url)
-
-
-def _one_in_each_of_two_bundles(names) -> list[str]:
-    """The first two of ``names`` (topics of one namespace with the default 4 bundles) in different bundles."""
-    bundles = NamespaceBundles.equal(4)
-    first = next(iter(names))
-    second = next(n for n in names if bundles.bundle_of(parse_topic(n)) != bundles.bundle_of(parse_topic(first)))
-    return [first, second]
-
-
 def _spread_partitions(two_brokers, base: str) -> dict[int, object]:
     """Make each broker own a bundle holding one of ``base``'s partitions; every partition's owner by index."""
     names = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
-    taken = [_take(b, n, two_brokers) for b, n in zip(two_brokers, _one_in_each_of_two_bundles(names))]
+    taken = [take(b, n, two_brokers) for b, n in zip(two_brokers, one_in_each_of_two_bundles(names))]
     assert taken == list(two_brokers), "each broker serves one of two partitions"
     return {i: owner_of(two_brokers, n) for i, n in enumerate(names)}
 
@@ -103,7 +89,7 @@ def test_non_persistent_topics_of_every_broker_are_listed_and_found_by_a_regex_c
     for wanted in bundles.ranges()[:2]:  # one topic in each of two bundles; one bundle for each broker
         topics.append(next(f"non-persistent://{ns}/np-{i}" for i in range(10_000)
                            if bundles.bundle_of(parse_topic(f"non-persistent://{ns}/np-{i}")) == wanted))
-    owners = [_take(broker, topic, two_brokers) for broker, topic in zip(two_brokers, topics)]
+    owners = [take(broker, topic, two_brokers) for broker, topic in zip(two_brokers, topics)]
     assert owners == list(two_brokers), "each broker serves one of the two topics"
     clients = [_client(b.service_url) for b in two_brokers]
     try:
