@@ -24,7 +24,6 @@ from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
 from broker.security.authorization import Need, requires
 from broker.topics.names import parse_namespace, parse_topic
-from storage.managed_ledger import InitialPosition, Position
 
 SERVICE = web.AppKey("service", object)
 routes = web.RouteTableDef()
@@ -413,68 +412,7 @@ async def last_message_id(request):
                               "partitionIndex": topic.name.partition_index, "batchIndex": batch_index})
 
 
-@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")
-@requires(Need.TENANT_ADMIN)
-async def unload(request):
-    await _service(request).unload_topic(_topic(request))
-    return web.Response(status=204)
-
-
 # ---- subscriptions ----------------------------------------------------------------------
-
-
-@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions")
-@requires(Need.TENANT_ADMIN)
-async def list_subscriptions(request):
-    return web.json_response(sorted((await _loaded(request)).subscriptions))
-
-
-def _message_id(body) -> Position | None:
-    if body is None:
-        return None
-    if not isinstance(body, dict) or "ledgerId" not in body or "entryId" not in body:
-        raise BadRequest('expected a message id {"ledgerId": L, "entryId": E}')
-    return Position(int(body["ledgerId"]), int(body["entryId"]))
-
-
-@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
-@requires(Need.TENANT_ADMIN)
-async def create_subscription(request):
-    topic = await _service(request).get_topic(_topic(request), create=True)
-    start = _message_id(await _json(request))
-    await topic.create_subscription(request.match_info["sub"], start, InitialPosition.LATEST)
-    return web.Response(status=204)
-
-
-@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
-@requires(Need.TENANT_ADMIN)
-async def delete_subscription(request):
-    await (await _loaded(request)).unsubscribe(request.match_info["sub"])
-    return web.Response(status=204)
-
-
-@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}")
-@requires(Need.TENANT_ADMIN)
-async def reset_by_time(request):
-    topic = await _loaded(request)
-    sub = _subscription(topic, request.match_info["sub"])
-    timestamp = request.match_info["timestamp"]
-    if not timestamp.isdigit() or len(timestamp) > 19:
-        raise BadRequest(f"timestamp must be milliseconds since the epoch, got {timestamp[:40]!r}")
-    await sub.reset(await topic.position_for_publish_time(int(timestamp)))
-    return web.Response(status=204)
-
-
-@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor")
-@requires(Need.TENANT_ADMIN)
-async def reset_by_id(request):
-    topic = await _loaded(request)
-    sub = _subscription(topic, request.match_info["sub"])
-    position = _message_id(await _json(request))
-    if position is None:
-        raise BadRequest("the body must be a message id")
-    await sub.reset(position)
-    return web.Response(status=204)
 
 
 def _subscription(topic, name):

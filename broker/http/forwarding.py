@@ -64,7 +64,7 @@ def topic_path(name, action: str) -> str:
     return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/{encode_local_name(name.local_name)}/{action}"
 
 
-async def ask_owner(request, owner, method: str, path: str) -> tuple[int, object]:
+async def ask_owner(request, owner, method: str, path: str, body: bytes = b"") -> tuple[int, object]:
     """``method path`` on broker ``owner``, for one part of a request this broker has already authorized (a
     partition of a partitioned topic another broker serves, a bundle another broker owns): (its 2xx status, its
     JSON answer or None for none) or (its status, a reason naming that broker). The caller's ``Authorization`` goes with it; a caller who proved their role otherwise
@@ -75,7 +75,7 @@ async def ask_owner(request, owner, method: str, path: str) -> tuple[int, object
     if "Authorization" not in request.headers:
         headers.update(broker_client_headers(_config(request)))
     url = f"{owner.web_url(request.secure)}{path}"
-    status, answer, _, _ = await _exchange(request, method, url, owner.broker_id, headers, b"")
+    status, answer, _, _ = await _exchange(request, method, url, owner.broker_id, headers, body)
     try:
         doc = json.loads(answer) if answer else None
     except ValueError:

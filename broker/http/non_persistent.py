@@ -3,7 +3,7 @@
 A non-persistent topic is on record nowhere but in the memory of the broker
 serving it, so its stats come from that broker: asked elsewhere, the request
 goes to the owner of the topic's bundle (broker/http/forwarding.py); a topic
-nobody serves is 404. ``partitioned-stats`` is broker/http/partitioned_stats.py. The namespace's list
+nobody serves is 404. ``partitioned-stats`` is broker/http/partitions.py. The namespace's list
 (``GET .../{tenant}/{ns}``) gathers every broker's (broker/ownership/non_persistent_listing.py);
 ``GET .../{tenant}/{ns}/{bundle}`` (Pulsar's getListInBundle) answers this
 broker's own in one bundle, which is what the others ask.

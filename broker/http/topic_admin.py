@@ -29,6 +29,7 @@ from aiohttp import web
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
 from broker.http.forwarding import ask_owner, topic_path
+from broker.http.partitions import first_refusal, on_topic
 from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -56,9 +57,25 @@ def _count(request, name: str, *, minimum: int, maximum: int) -> int:
     return int(raw)
 
 
-async def _sub(request):
+async def _sub(request, what: str):
+    """(topic, subscription) of the URL, for an operation on one topic's position: 405 on a partitioned topic
+    (Pulsar refuses ``what`` there too: positions are per partition)."""
+    service, base = request.app[SERVICE], _topic(request)
+    if await service.resources.partition_count(base) > 0:
+        raise NotAllowedError(f"{what} is not allowed on a partitioned topic ({base}): {what} each partition")
     topic = await _loaded(request)
     return topic, _subscription(topic, request.match_info["sub"])
+
+
+def _on_subscription(request, operation, action: str):
+    """``operation(subscription)`` on the URL's subscription of the topic, or of each partition of a partitioned
+    topic (broker/http/partitions.py)."""
+    name = request.match_info["sub"]
+
+    async def local(topic):
+        await operation(_subscription(topic, name))
+
+    return on_topic(request, local, "POST", f"subscription/{urllib.parse.quote(name, safe='')}/{action}")
 
 
 # ---- a subscription's backlog ---------------------------------------------------------
@@ -72,7 +89,7 @@ def _iso(ms: int) -> str:
 @requires(Need.TENANT_ADMIN)
 async def peek(request):
     n = _count(request, "n", minimum=1, maximum=MAX_PEEK_POSITION)
-    topic, sub = await _sub(request)
+    topic, sub = await _sub(request, "peek")
     entry = await lifecycle.peek(sub, n)
     if entry is None:
         raise NotFoundError(f"subscription {sub.name} has fewer than {n} messages in its backlog")
@@ -102,7 +119,7 @@ async def peek(request):
 @requires(Need.TENANT_ADMIN)
 async def skip(request):
     n = _count(request, "n", minimum=0, maximum=2**63 - 1)
-    _, sub = await _sub(request)
+    _, sub = await _sub(request, "skip")
     await lifecycle.skip(sub, n)
     return web.Response(status=204)
 
@@ -110,33 +127,56 @@ async def skip(request):
 @routes.post(SUB + "/skip_all")
 @requires(Need.TENANT_ADMIN)
 async def skip_all(request):
-    _, sub = await _sub(request)
-    await lifecycle.clear_backlog(sub)
-    return web.Response(status=204)
+    return await _on_subscription(request, lifecycle.clear_backlog, "skip_all")
 
 
 @routes.post(SUB + "/expireMessages/{seconds}")
 @requires(Need.TENANT_ADMIN)
 async def expire(request):
     seconds = _count(request, "seconds", minimum=0, maximum=MAX_EXPIRE_SECONDS)
-    _, sub = await _sub(request)
-    await lifecycle.expire_before(sub, lifecycle.now_ms() - seconds * 1000)
-    return web.Response(status=204)
+    cutoff = lifecycle.now_ms() - seconds * 1000
+    return await _on_subscription(request, lambda sub: lifecycle.expire_before(sub, cutoff),
+                                  f"expireMessages/{seconds}")
 
 
 @routes.post(TOPIC + "/all_subscription/expireMessages/{seconds}")
 @requires(Need.TENANT_ADMIN)
 async def expire_all(request):
     seconds = _count(request, "seconds", minimum=0, maximum=MAX_EXPIRE_SECONDS)
-    topic = await _loaded(request)
     cutoff = lifecycle.now_ms() - seconds * 1000
-    for sub in list(topic.subscriptions.values()):
-        if sub.durable:
-            await lifecycle.expire_before(sub, cutoff)
-    return web.Response(status=204)
+
+    async def expire_every_subscription(topic):
+        for sub in list(topic.subscriptions.values()):
+            if sub.durable:
+                await lifecycle.expire_before(sub, cutoff)
+
+    return await on_topic(request, expire_every_subscription, "POST", f"all_subscription/expireMessages/{seconds}")
 
 
 # ---- topics ---------------------------------------------------------------------------
+
+
+@routes.put(TOPIC + "/unload")
+@requires(Need.TENANT_ADMIN)
+async def unload_topic(request):
+    """Close the topic where it is served; its clients look it up again and it loads where its bundle goes. A
+    topic another broker serves is unloaded by that broker, a partitioned topic's partitions each where it is
+    served; a topic nobody serves is unloaded already (204)."""
+    service, base = request.app[SERVICE], _topic(request)
+    count = await service.resources.partition_count(base)
+
+    async def one(name) -> tuple[int, object]:
+        loaded = service.topics.get(str(name))
+        if loaded is not None and not loaded.closed:
+            await service.unload_topic(name)
+            return 204, None
+        owner = await service.ownership.owner_of(name)
+        if owner is None or owner.broker_id == service.ownership.me.broker_id:
+            return 204, None
+        return await ask_owner(request, owner, "PUT", topic_path(name, "unload"))
+
+    names = [base.partition(i) for i in range(count)] if count else [base]
+    return first_refusal(await asyncio.gather(*map(one, names))) or web.Response(status=204)
 
 
 @routes.post(TOPIC + "/terminate")
@@ -228,10 +268,7 @@ async def _each_bundle(request, local, remote: tuple[str, str]) -> web.Response:
         method, action = remote
         return await ask_owner(request, owner, method, f"/admin/v2/namespaces/{ns}/{bundle_name(bundle)}/{action}")
 
-    for status, reason in await asyncio.gather(*(one(b) for b in bundles.ranges())):
-        if status >= 300:
-            return web.json_response({"reason": reason}, status=status)
-    return web.Response(status=204)
+    return first_refusal(await asyncio.gather(*(one(b) for b in bundles.ranges()))) or web.Response(status=204)
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/unload")

@@ -148,3 +148,64 @@ def test_non_persistent_partitioned_stats_gather_partitions_other_brokers_serve(
     finally:
         for c in clients.values():
             c.close()
+
+
+def _loaded_here(broker, ns: str) -> set[str]:
+    """The topics of ``ns`` loaded on ``broker`` (its console lists them without loading any)."""
+    status, page = call(broker, "GET", f"/admin/magnetar/v1/namespaces/{ns}/topics?limit=500")
+    assert status == 200, page
+    return {row["name"] for row in page["topics"] if row["loaded"]}
+
+
+def test_subscription_operations_compaction_and_unload_of_a_partitioned_topic_reach_every_partition(two_brokers):
+    """pulsar-admin's subscription commands on a partitioned topic act on each partition, through either broker."""
+    ns = "public/psubs"
+    assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+    base = f"persistent://{ns}/orders"
+    assert call(two_brokers[0], "PUT", f"/admin/v2/persistent/{ns}/orders/partitions", PARTITIONS)[0] == 204
+    owners = _spread_partitions(two_brokers, base)
+    admin = Admin(two_brokers[0].web_url)
+
+    def backlog() -> int:
+        return admin("topics", "partitioned-stats", base).json()["msgBacklog"]
+
+    admin("topics", "create-subscription", base, "-s", "audit").ok()
+    admin("topics", "create-subscription", base, "-s", "billing").ok()
+    assert admin("topics", "subscriptions", base).lines() == ["audit", "billing"]
+    clients = {id(b): _client(b.service_url) for b in two_brokers}
+    try:
+        for i, owner in owners.items():  # two messages on each partition, through its owner
+            producer = clients[id(owner)].create_producer(f"{base}-partition-{i}")
+            for _ in range(2):
+                producer.send(b"m", partition_key=f"k{i}")
+            producer.close()
+        assert backlog() == 2 * 2 * PARTITIONS  # two subscriptions
+
+        admin("topics", "clear-backlog", base, "-s", "audit").ok()
+        assert backlog() == 2 * PARTITIONS
+        admin("topics", "reset-cursor", base, "-s", "audit", "-t", "1h").ok()
+        assert backlog() == 2 * 2 * PARTITIONS
+        admin("topics", "expire-messages", base, "-s", "audit", "-t", "0").ok()
+        assert backlog() == 2 * PARTITIONS
+        admin("topics", "expire-messages-all-subscriptions", base, "-t", "0").ok()
+        assert backlog() == 0
+        for args in (("peek-messages", base, "-s", "audit"), ("skip", base, "-s", "audit", "-n", "1"),
+                     ("reset-cursor", base, "-s", "audit", "-m", "1:0")):
+            refused = admin("topics", *args)
+            assert refused.returncode == 1 and "HTTP 405" in refused.stderr, refused
+
+        admin("topics", "compact", base).ok()
+        assert admin("topics", "compaction-status", base, "-w").lines() == ["Compaction was a success"]
+
+        partitions = {f"{base}-partition-{i}" for i in range(PARTITIONS)}
+        assert set().union(*(_loaded_here(b, ns) for b in two_brokers)) == partitions
+        admin("topics", "unload", base).ok()
+        assert set().union(*(_loaded_here(b, ns) for b in two_brokers)) == set()
+
+        admin("topics", "unsubscribe", base, "-s", "billing").ok()
+        assert admin("topics", "subscriptions", base).lines() == ["audit"]
+        missing = admin("topics", "unsubscribe", base, "-s", "billing")
+        assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+    finally:
+        for c in clients.values():
+            c.close()
