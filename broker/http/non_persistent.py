@@ -133,6 +133,19 @@ async def topic_stats(request):
     return web.json_response((await served_here(_service(request), _topic(request))).stats())
 
 
+@routes.delete(NS + "/{topic}")
+@requires(Need.TENANT_ADMIN)
+async def delete_topic(request):
+    """Close the topic and forget it (what deleting a topic kept in memory means); refused (405) while producers or
+    consumers are connected unless ``?force=true``, which disconnects them."""
+    service, topic = _service(request), _topic(request)
+    loaded = await served_here(service, topic)
+    await loaded.delete(force=request.query.get("force", "false").lower() == "true")
+    if service.non_persistent.get(str(topic)) is loaded:
+        service.non_persistent.pop(str(topic))
+    return web.Response(status=204)
+
+
 @routes.get("/lookup/v2/topic/non-persistent/{tenant}/{ns}/{topic}")
 @requires(Need.LOOKUP)
 async def lookup(request):

@@ -25,6 +25,7 @@ from aiohttp import web
 from broker.errors import TopicServedElsewhereError
 from broker.http.admin import SERVICE, _loaded
 from broker.http.forwarding import ask_owner, topic_path
+from broker.http.non_persistent import served_here
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics.names import parse_topic
@@ -74,14 +75,17 @@ def _answer(value) -> web.Response:
     return web.Response(status=204) if value is None else web.json_response(value)
 
 
-async def on_topic(request, local: Local, method: str, action: str, *,
-                   combine: Callable[[list], object] | None = None, create: bool = False) -> web.Response:
-    """``local(topic)`` on the persistent topic in the URL (loaded, or with ``create`` created), its result as
-    the answer (204 for None); on a partitioned topic, on every partition (``each_partition``), the answer
-    ``combine`` of their results (204 without ``combine``)."""
-    service, base = request.app[SERVICE], url_topic(request)
+async def on_topic(request, local: Local, method: str, action: str, *, combine: Callable[[list], object] | None = None,
+                   create: bool = False, domain: str = "persistent") -> web.Response:
+    """``local(topic)`` on the topic in the URL (a persistent one loaded, or with ``create`` created; a
+    non-persistent one where it is served), its result as the answer (204 for None); on a partitioned topic, on
+    every partition (``each_partition``), the answer ``combine`` of their results (204 without ``combine``)."""
+    service, base = request.app[SERVICE], url_topic(request, domain)
     if await service.resources.partition_count(base) == 0:
-        topic = await service.get_topic(base, create=True) if create else await _loaded(request)
+        if not base.persistent:
+            topic = await served_here(service, base)
+        else:
+            topic = await service.get_topic(base, create=True) if create else await _loaded(request)
         return _answer(await local(topic))
     answers = await each_partition(request, base, local, method, action)
     refused = first_refusal(answers)

@@ -2,7 +2,8 @@
 
 ``GET .../{topic}/subscriptions``, ``PUT``/``DELETE .../subscription/{sub}`` (a create takes an optional
 message id to start at; else the end), ``POST .../subscription/{sub}/resetcursor/{timestamp}`` and
-``POST .../resetcursor`` with a message id. On a partitioned topic each acts on every partition, on the broker
+``POST .../resetcursor`` with a message id; for a non-persistent topic (``/admin/v2/non-persistent/...``) the
+list and the delete. On a partitioned topic each acts on every partition, on the broker
 serving it (broker/http/partitions.py), as Pulsar's do: the list is every partition's subscriptions, and a
 reset to a message id is refused (405), as Pulsar refuses it: an id names one partition's position.
 """
@@ -22,6 +23,7 @@ from storage.managed_ledger import InitialPosition, Position
 routes = web.RouteTableDef()
 
 TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+NP_TOPIC = "/admin/v2/non-persistent/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 MAX_ID_FIELD = 2**63 - 1  # a ledger or entry id is a Java long
 
@@ -44,13 +46,24 @@ def _sub_action(request, action: str = "") -> str:
     return f"subscription/{urllib.parse.quote(request.match_info['sub'], safe='')}{action}"
 
 
+async def _names(topic):
+    return sorted(topic.subscriptions)
+
+
+def _merged(lists) -> list[str]:
+    return sorted(set().union(*lists))
+
+
 @routes.get(TOPIC + "/subscriptions")
 @requires(Need.TENANT_ADMIN)
 async def list_subscriptions(request):
-    async def names(topic):
-        return sorted(topic.subscriptions)
+    return await on_topic(request, _names, "GET", "subscriptions", combine=_merged)
 
-    return await on_topic(request, names, "GET", "subscriptions", combine=lambda lists: sorted(set().union(*lists)))
+
+@routes.get(NP_TOPIC + "/subscriptions")
+@requires(Need.TENANT_ADMIN)
+async def list_non_persistent_subscriptions(request):
+    return await on_topic(request, _names, "GET", "subscriptions", combine=_merged, domain="non-persistent")
 
 
 @routes.put(SUB)
@@ -64,13 +77,25 @@ async def create_subscription(request):
     return await on_topic(request, create, "PUT", _sub_action(request), create=True)
 
 
+def _delete_subscription(request, domain: str):
+    async def delete(topic):
+        await topic.unsubscribe(request.match_info["sub"])  # 404 for no such subscription, 412 with consumers
+
+    return on_topic(request, delete, "DELETE", _sub_action(request), domain=domain)
+
+
 @routes.delete(SUB)
 @requires(Need.TENANT_ADMIN)
 async def delete_subscription(request):
-    async def delete(topic):
-        await topic.unsubscribe(request.match_info["sub"])
+    return await _delete_subscription(request, "persistent")
 
-    return await on_topic(request, delete, "DELETE", _sub_action(request))
+
+@routes.delete(NP_TOPIC + "/subscription/{sub}")
+@requires(Need.TENANT_ADMIN)
+async def delete_non_persistent_subscription(request):
+    """Refused while consumers are connected, as for a persistent topic; it also goes by itself with its last
+    consumer."""
+    return await _delete_subscription(request, "non-persistent")
 
 
 @routes.post(SUB + "/resetcursor/{timestamp}")

@@ -29,7 +29,7 @@ from aiohttp import web
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
 from broker.http.forwarding import ask_owner, topic_path
-from broker.http.partitions import first_refusal, on_topic
+from broker.http.partitions import first_refusal, on_topic, url_topic
 from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -156,17 +156,16 @@ async def expire_all(request):
 # ---- topics ---------------------------------------------------------------------------
 
 
-@routes.put(TOPIC + "/unload")
-@requires(Need.TENANT_ADMIN)
-async def unload_topic(request):
+async def _unload(request, domain: str):
     """Close the topic where it is served; its clients look it up again and it loads where its bundle goes. A
     topic another broker serves is unloaded by that broker, a partitioned topic's partitions each where it is
-    served; a topic nobody serves is unloaded already (204)."""
-    service, base = request.app[SERVICE], _topic(request)
+    served; a topic nobody serves is unloaded already (204). A non-persistent topic loses what was in flight."""
+    service, base = request.app[SERVICE], url_topic(request, domain)
     count = await service.resources.partition_count(base)
+    registry = service.topics if base.persistent else service.non_persistent
 
     async def one(name) -> tuple[int, object]:
-        loaded = service.topics.get(str(name))
+        loaded = registry.get(str(name))
         if loaded is not None and not loaded.closed:
             await service.unload_topic(name)
             return 204, None
@@ -177,6 +176,18 @@ async def unload_topic(request):
 
     names = [base.partition(i) for i in range(count)] if count else [base]
     return first_refusal(await asyncio.gather(*map(one, names))) or web.Response(status=204)
+
+
+@routes.put(TOPIC + "/unload")
+@requires(Need.TENANT_ADMIN)
+async def unload_topic(request):
+    return await _unload(request, "persistent")
+
+
+@routes.put("/admin/v2/non-persistent/{tenant}/{ns}/{topic}/unload")
+@requires(Need.TENANT_ADMIN)
+async def unload_non_persistent_topic(request):
+    return await _unload(request, "non-persistent")
 
 
 @routes.post(TOPIC + "/terminate")

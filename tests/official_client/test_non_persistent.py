@@ -243,3 +243,54 @@ def test_partitioned_non_persistent_bad_input(standalone, np_topic):
     assert admin_call(standalone, "PUT", _partitions_path(np_topic), 0)[0] == 405
     assert admin_call(standalone, "DELETE", _partitions_path(np_topic))[0] == 404
     assert admin_call(standalone, "GET", "/admin/v2/non-persistent/public/default/0x0_0xzz")[0] == 412
+
+
+# ---- pulsar-admin's topic commands on non-persistent topics ------------------------------------------------------
+
+
+def _back_with_permits(broker, topic: str, sub: str):
+    def check() -> bool:
+        status, body = admin_call(broker, "GET", _stats_path(topic))
+        consumers = body.get("subscriptions", {}).get(sub, {}).get("consumers", []) if status == 200 else []
+        return bool(consumers) and consumers[0]["availablePermits"] > 0
+    return check
+
+
+def test_subscriptions_unsubscribe_unload_and_delete_through_magnetar_admin(standalone, client, np_topic):
+    def admin(*args):
+        return magnetar_admin(*args, url=standalone.web_url)
+
+    consumer = client.subscribe(np_topic, "s")
+    producer = client.create_producer(np_topic, batching_enabled=False)
+    assert admin("topics", "subscriptions", np_topic).lines() == ["s"]
+    busy = admin("topics", "unsubscribe", np_topic, "-s", "s")
+    assert busy.returncode == 1 and "HTTP 412" in busy.stderr and "consumer" in busy.stderr
+    refused = admin("topics", "delete", np_topic)
+    assert refused.returncode == 1 and "HTTP 405" in refused.stderr
+    producer.send(b"before")
+    assert consumer.receive(10_000).data() == b"before"
+
+    admin("topics", "unload", np_topic).ok()  # the clients look the topic up again: a fresh topic in memory
+    wait_until(_back_with_permits(standalone, np_topic, "s"), 30, "the consumer back on the unloaded topic")
+    producer.send(b"after")
+    assert consumer.receive(10_000).data() == b"after"
+    assert _stats(standalone, np_topic)["msgInCounter"] == 1  # counted by the new topic only
+
+    admin("topics", "delete", np_topic, "-f").ok()
+    status, body = admin_call(standalone, "GET", _stats_path(np_topic))
+    assert status == 404 or body["msgInCounter"] == 0  # gone, or loaded afresh by the clients coming back
+    producer.close()
+    consumer.close()
+    missing = admin("topics", "delete", f"non-persistent://public/default/none-{uuid.uuid4().hex[:8]}")
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+
+
+def test_a_partitioned_non_persistent_topics_subscriptions_and_unload(standalone, client, np_topic):
+    assert admin_call(standalone, "PUT", _partitions_path(np_topic), 2)[0] == 204
+    consumer = client.subscribe(np_topic, "p")
+    assert magnetar_admin("topics", "subscriptions", np_topic, url=standalone.web_url).lines() == ["p"]
+    magnetar_admin("topics", "unload", np_topic, url=standalone.web_url).ok()
+    for i in range(2):  # each partition closed and come back with the consumer on it
+        wait_until(_back_with_permits(standalone, f"{np_topic}-partition-{i}", "p"), 30, f"partition {i} back")
+        assert _stats(standalone, f"{np_topic}-partition-{i}")["msgInCounter"] == 0
+    consumer.close()
