@@ -43,6 +43,20 @@ def url_topic(request, domain: str = "persistent"):
     return parse_topic(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
 
 
+def in_both_domains(table: web.RouteTableDef, method: str, suffix: str, need: Need = Need.TENANT_ADMIN):
+    """Register ``handler(request, domain)`` as ``method /admin/v2/<domain>/{tenant}/{ns}/{topic}<suffix>`` for
+    ``persistent`` and ``non-persistent`` alike."""
+    def register(handler):
+        for domain in ("persistent", "non-persistent"):
+            async def route(request, domain=domain):
+                return await handler(request, domain)
+
+            table.route(method, f"/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}{suffix}")(requires(need)(route))
+        return handler
+
+    return register
+
+
 async def each_partition(request, base, local: Local, method: str, action: str) -> list[tuple[int, object]]:
     """``local(partition topic)`` on each partition this broker serves, ``method .../{partition}/{action}`` on
     the broker serving each other one (with this request's body and query): (status, answer or reason) per
@@ -97,7 +111,8 @@ async def on_topic(request, local: Local, method: str, action: str, *, combine: 
 # ---- partitioned-stats ----------------------------------------------------------------------------------------
 
 
-async def _partitioned_stats(request, domain: str):
+@in_both_domains(routes, "GET", "/partitioned-stats")
+async def partitioned_stats(request, domain: str):
     service, topic = request.app[SERVICE], url_topic(request, domain)
     count = await service.resources.partition_count(topic)
     if count == 0:
@@ -115,15 +130,3 @@ async def _partitioned_stats(request, domain: str):
     total = {key: sum(p.get(key, 0) for p in parts.values()) for key in SUMMED}
     per_partition = request.query.get("perPartition", "true").lower() != "false"
     return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})
-
-
-@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
-@requires(Need.TENANT_ADMIN)
-async def persistent_partitioned_stats(request):
-    return await _partitioned_stats(request, "persistent")
-
-
-@routes.get("/admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitioned-stats")
-@requires(Need.TENANT_ADMIN)
-async def non_persistent_partitioned_stats(request):
-    return await _partitioned_stats(request, "non-persistent")

@@ -16,14 +16,13 @@ from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _json, _loaded, _subscription
-from broker.http.partitions import on_topic, url_topic
+from broker.http.partitions import in_both_domains, on_topic, url_topic
 from broker.security.authorization import Need, requires
 from storage.managed_ledger import InitialPosition, Position
 
 routes = web.RouteTableDef()
 
 TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
-NP_TOPIC = "/admin/v2/non-persistent/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 MAX_ID_FIELD = 2**63 - 1  # a ledger or entry id is a Java long
 
@@ -54,16 +53,9 @@ def _merged(lists) -> list[str]:
     return sorted(set().union(*lists))
 
 
-@routes.get(TOPIC + "/subscriptions")
-@requires(Need.TENANT_ADMIN)
-async def list_subscriptions(request):
-    return await on_topic(request, _names, "GET", "subscriptions", combine=_merged)
-
-
-@routes.get(NP_TOPIC + "/subscriptions")
-@requires(Need.TENANT_ADMIN)
-async def list_non_persistent_subscriptions(request):
-    return await on_topic(request, _names, "GET", "subscriptions", combine=_merged, domain="non-persistent")
+@in_both_domains(routes, "GET", "/subscriptions")
+async def list_subscriptions(request, domain: str):
+    return await on_topic(request, _names, "GET", "subscriptions", combine=_merged, domain=domain)
 
 
 @routes.put(SUB)
@@ -77,25 +69,14 @@ async def create_subscription(request):
     return await on_topic(request, create, "PUT", _sub_action(request), create=True)
 
 
-def _delete_subscription(request, domain: str):
+@in_both_domains(routes, "DELETE", "/subscription/{sub}")
+async def delete_subscription(request, domain: str):
+    """Refused (412) while consumers are connected; a non-persistent subscription also goes by itself with its
+    last consumer."""
     async def delete(topic):
-        await topic.unsubscribe(request.match_info["sub"])  # 404 for no such subscription, 412 with consumers
+        await topic.unsubscribe(request.match_info["sub"])  # 404 for no such subscription
 
-    return on_topic(request, delete, "DELETE", _sub_action(request), domain=domain)
-
-
-@routes.delete(SUB)
-@requires(Need.TENANT_ADMIN)
-async def delete_subscription(request):
-    return await _delete_subscription(request, "persistent")
-
-
-@routes.delete(NP_TOPIC + "/subscription/{sub}")
-@requires(Need.TENANT_ADMIN)
-async def delete_non_persistent_subscription(request):
-    """Refused while consumers are connected, as for a persistent topic; it also goes by itself with its last
-    consumer."""
-    return await _delete_subscription(request, "non-persistent")
+    return await on_topic(request, delete, "DELETE", _sub_action(request), domain=domain)
 
 
 @routes.post(SUB + "/resetcursor/{timestamp}")

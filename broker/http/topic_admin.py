@@ -29,7 +29,7 @@ from aiohttp import web
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
 from broker.http.forwarding import ask_owner, topic_path
-from broker.http.partitions import first_refusal, on_topic, url_topic
+from broker.http.partitions import first_refusal, in_both_domains, on_topic, url_topic
 from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -156,7 +156,8 @@ async def expire_all(request):
 # ---- topics ---------------------------------------------------------------------------
 
 
-async def _unload(request, domain: str):
+@in_both_domains(routes, "PUT", "/unload")
+async def unload_topic(request, domain: str):
     """Close the topic where it is served; its clients look it up again and it loads where its bundle goes. A
     topic another broker serves is unloaded by that broker, a partitioned topic's partitions each where it is
     served; a topic nobody serves is unloaded already (204). A non-persistent topic loses what was in flight."""
@@ -176,18 +177,6 @@ async def _unload(request, domain: str):
 
     names = [base.partition(i) for i in range(count)] if count else [base]
     return first_refusal(await asyncio.gather(*map(one, names))) or web.Response(status=204)
-
-
-@routes.put(TOPIC + "/unload")
-@requires(Need.TENANT_ADMIN)
-async def unload_topic(request):
-    return await _unload(request, "persistent")
-
-
-@routes.put("/admin/v2/non-persistent/{tenant}/{ns}/{topic}/unload")
-@requires(Need.TENANT_ADMIN)
-async def unload_non_persistent_topic(request):
-    return await _unload(request, "non-persistent")
 
 
 @routes.post(TOPIC + "/terminate")

@@ -5,6 +5,7 @@ another, their stats answered through any broker)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pulsar
@@ -54,31 +55,40 @@ def _spread_partitions(two_brokers, base: str) -> dict[int, object]:
     return {i: owner_of(two_brokers, n) for i, n in enumerate(names)}
 
 
-def test_partitioned_stats_gather_partitions_other_brokers_serve(two_brokers):
-    """Through either broker, REST and magnetar-admin: every partition's counters, its own broker's figures."""
-    ns = "public/pstats"
+@contextlib.contextmanager
+def _spread_topic(two_brokers, ns: str, domain: str = "persistent"):
+    """A partitioned topic ``<domain>://<ns>/spread`` in a new namespace, partitions served by both brokers:
+    (its name, each partition's owner by index, a client per broker by ``id(broker)``)."""
     assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    base = f"persistent://{ns}/spread"
-    assert call(two_brokers[0], "PUT", f"/admin/v2/persistent/{ns}/spread/partitions", PARTITIONS)[0] == 204
+    base = f"{domain}://{ns}/spread"
+    assert call(two_brokers[0], "PUT", f"/admin/v2/{domain}/{ns}/spread/partitions", PARTITIONS)[0] == 204
     owners = _spread_partitions(two_brokers, base)
     clients = {id(b): _client(b.service_url) for b in two_brokers}
     try:
-        for i, owner in owners.items():  # i + 1 messages on partition i, through its owner
+        yield base, owners, clients
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_partitioned_stats_gather_partitions_other_brokers_serve(two_brokers, domain):
+    """Through either broker, REST and magnetar-admin: every partition's counters, its own broker's figures."""
+    with _spread_topic(two_brokers, f"public/pstats-{domain}", domain) as (base, owners, clients):
+        for i, owner in owners.items():  # a subscription and i + 1 messages on partition i, through its owner
+            clients[id(owner)].subscribe(f"{base}-partition-{i}", "s")
             producer = clients[id(owner)].create_producer(f"{base}-partition-{i}")
             for _ in range(i + 1):
                 producer.send(b"m")
         total = sum(range(1, PARTITIONS + 1))
         for asked in two_brokers:
-            status, stats = call(asked, "GET", f"/admin/v2/persistent/{ns}/spread/partitioned-stats")
+            status, stats = call(asked, "GET", f"/admin/v2/{base.replace('://', '/')}/partitioned-stats")
             assert status == 200 and stats["metadata"] == {"partitions": PARTITIONS}, stats
             assert stats["msgInCounter"] == total
-            assert {n: p["msgInCounter"] for n, p in stats["partitions"].items()} == {
-                f"{base}-partition-{i}": i + 1 for i in range(PARTITIONS)}
+            assert {n: (p["msgInCounter"], list(p["subscriptions"])) for n, p in stats["partitions"].items()} == {
+                f"{base}-partition-{i}": (i + 1, ["s"]) for i in range(PARTITIONS)}
             cli = Admin(asked.web_url)("topics", "partitioned-stats", base).json()
             assert cli["msgInCounter"] == total and cli["partitions"] == {}  # pulsar-admin's default: no per partition
-    finally:
-        for c in clients.values():
-            c.close()
 
 
 def test_non_persistent_topics_of_every_broker_are_listed_and_found_by_a_regex_consumer(two_brokers):
@@ -127,29 +137,6 @@ def test_non_persistent_topics_of_every_broker_are_listed_and_found_by_a_regex_c
             c.close()
 
 
-def test_non_persistent_partitioned_stats_gather_partitions_other_brokers_serve(two_brokers):
-    ns = "public/np-pstats"
-    assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    base = f"non-persistent://{ns}/spread"
-    assert call(two_brokers[0], "PUT", f"/admin/v2/non-persistent/{ns}/spread/partitions", PARTITIONS)[0] == 204
-    owners = _spread_partitions(two_brokers, base)
-    clients = {id(b): _client(b.service_url) for b in two_brokers}
-    try:
-        for i, owner in owners.items():  # a subscription and i + 1 messages on partition i, through its owner
-            clients[id(owner)].subscribe(f"{base}-partition-{i}", "s")
-            producer = clients[id(owner)].create_producer(f"{base}-partition-{i}")
-            for _ in range(i + 1):
-                producer.send(b"m")
-        for asked in two_brokers:
-            status, stats = call(asked, "GET", f"/admin/v2/non-persistent/{ns}/spread/partitioned-stats")
-            assert status == 200 and stats["msgInCounter"] == sum(range(1, PARTITIONS + 1)), stats
-            assert {n: (p["msgInCounter"], list(p["subscriptions"])) for n, p in stats["partitions"].items()} == {
-                f"{base}-partition-{i}": (i + 1, ["s"]) for i in range(PARTITIONS)}
-    finally:
-        for c in clients.values():
-            c.close()
-
-
 def _loaded_here(broker, ns: str) -> set[str]:
     """The topics of ``ns`` loaded on ``broker`` (its console lists them without loading any)."""
     status, page = call(broker, "GET", f"/admin/magnetar/v1/namespaces/{ns}/topics?limit=500")
@@ -160,20 +147,14 @@ def _loaded_here(broker, ns: str) -> set[str]:
 def test_subscription_operations_compaction_and_unload_of_a_partitioned_topic_reach_every_partition(two_brokers):
     """pulsar-admin's subscription commands on a partitioned topic act on each partition, through either broker."""
     ns = "public/psubs"
-    assert call(two_brokers[0], "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    base = f"persistent://{ns}/orders"
-    assert call(two_brokers[0], "PUT", f"/admin/v2/persistent/{ns}/orders/partitions", PARTITIONS)[0] == 204
-    owners = _spread_partitions(two_brokers, base)
     admin = Admin(two_brokers[0].web_url)
+    with _spread_topic(two_brokers, ns) as (base, owners, clients):
+        def backlog() -> int:
+            return admin("topics", "partitioned-stats", base).json()["msgBacklog"]
 
-    def backlog() -> int:
-        return admin("topics", "partitioned-stats", base).json()["msgBacklog"]
-
-    admin("topics", "create-subscription", base, "-s", "audit").ok()
-    admin("topics", "create-subscription", base, "-s", "billing").ok()
-    assert admin("topics", "subscriptions", base).lines() == ["audit", "billing"]
-    clients = {id(b): _client(b.service_url) for b in two_brokers}
-    try:
+        admin("topics", "create-subscription", base, "-s", "audit").ok()
+        admin("topics", "create-subscription", base, "-s", "billing").ok()
+        assert admin("topics", "subscriptions", base).lines() == ["audit", "billing"]
         for i, owner in owners.items():  # two messages on each partition, through its owner
             producer = clients[id(owner)].create_producer(f"{base}-partition-{i}")
             for _ in range(2):
@@ -206,6 +187,3 @@ def test_subscription_operations_compaction_and_unload_of_a_partitioned_topic_re
         assert admin("topics", "subscriptions", base).lines() == ["audit"]
         missing = admin("topics", "unsubscribe", base, "-s", "billing")
         assert missing.returncode == 1 and "HTTP 404" in missing.stderr
-    finally:
-        for c in clients.values():
-            c.close()
