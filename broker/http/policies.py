@@ -109,6 +109,7 @@ NAMESPACE_DELETES = {
     "maxConsumersPerSubscription": {"max_consumers_per_subscription": None},
     "maxUnackedMessagesPerConsumer": {"max_unacked_messages_per_consumer": None},
     "maxUnackedMessagesPerSubscription": {"max_unacked_messages_per_subscription": None},
+    "compactionThreshold": {"compaction_threshold": None},
 }
 # Topic-level policies under Pulsar's topic names.
 TOPIC_POLICIES = {

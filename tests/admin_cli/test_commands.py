@@ -110,6 +110,41 @@ def test_namespaces_create_policies_and_permissions(admin):
     assert ns not in admin("namespaces", "list", "public").lines()
 
 
+def test_namespaces_compaction_threshold_and_schema_policies(admin):
+    ns = f"public/{_name('nss')}"
+    admin("namespaces", "create", ns).ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).lines() == ["null"]
+    admin("namespaces", "set-compaction-threshold", ns, "-t", "10M").ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).json() == 10 * 1024 * 1024
+    admin("namespaces", "remove-compaction-threshold", ns).ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).lines() == ["null"]
+
+    assert admin("namespaces", "get-schema-compatibility-strategy", ns).lines() == ["UNDEFINED"]  # as pulsar-admin
+    admin("namespaces", "set-schema-compatibility-strategy", ns, "-c", "FORWARD_TRANSITIVE").ok()
+    assert admin("namespaces", "get-schema-compatibility-strategy", ns).lines() == ["FORWARD_TRANSITIVE"]
+    assert admin("namespaces", "get-is-allow-auto-update-schema", ns).json() is True
+    admin("namespaces", "set-is-allow-auto-update-schema", ns, "--disable").ok()
+    assert admin("namespaces", "get-is-allow-auto-update-schema", ns).json() is False
+    assert admin("namespaces", "get-schema-validation-enforce", ns).json() is False
+    admin("namespaces", "set-schema-validation-enforce", ns, "-e").ok()
+    assert admin("namespaces", "get-schema-validation-enforce", ns).json() is True
+    assert admin("namespaces", "policies", ns).json()["schema_validation_enforced"] is True
+    assert admin("namespaces", "set-schema-compatibility-strategy", ns, "-c", "SIDEWAYS").returncode == 2
+    assert admin("namespaces", "set-schema-validation-enforce", ns).returncode == 2  # neither --enable nor --disable
+
+
+def test_topics_lookup_and_partitioned_lookup(admin, standalone):
+    topic = f"persistent://public/default/{_name('look')}"
+    admin("topics", "create", topic).ok()
+    assert admin("topics", "lookup", topic).lines() == [standalone.service_url]
+    partitioned = f"persistent://public/default/{_name('plook')}"
+    admin("topics", "create-partitioned-topic", partitioned, "-p", "2").ok()
+    assert admin("topics", "partitioned-lookup", partitioned).json() == {
+        f"{partitioned}-partition-{i}": standalone.service_url for i in range(2)}
+    refused = admin("topics", "partitioned-lookup", topic)
+    assert refused.returncode == 1 and "is not a partitioned topic" in refused.stderr
+
+
 def test_namespaces_topics_unload_and_split_bundle(admin, client):
     ns = f"public/{_name('nsb')}"
     admin("namespaces", "create", ns).ok()
