@@ -141,6 +141,11 @@ def partitioned_stats(rest, path, per_partition):
     emit(rest.get(f"{path}/partitioned-stats", perPartition=per_partition))
 
 
+@_topic_command("partitioned-stats-internal", "Get the internal stats of each partition of a partitioned topic.")
+def partitioned_stats_internal(rest, path):
+    emit(rest.get(f"{path}/partitioned-internalStats"))
+
+
 @_topic_command("last-message-id", "Get the id of the last message of a topic.")
 def last_message_id(rest, path):
     emit(rest.get(f"{path}/lastMessageId"))

@@ -12,7 +12,8 @@ partitions are done or doing).
 
 ``GET .../{topic}/partitioned-stats`` is here too: it sums the counters and rates over the partitions
 (``metadata.partitions`` is the count) and, unless ``perPartition=false`` (Pulsar's default is true), carries
-each partition's own stats under ``partitions``.
+each partition's own stats under ``partitions``; and ``GET .../{topic}/partitioned-internalStats``, each
+partition's internal stats.
 """
 
 from __future__ import annotations
@@ -130,3 +131,22 @@ async def partitioned_stats(request, domain: str):
     total = {key: sum(p.get(key, 0) for p in parts.values()) for key in SUMMED}
     per_partition = request.query.get("perPartition", "true").lower() != "false"
     return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-internalStats")
+@requires(Need.TENANT_ADMIN)
+async def partitioned_internal_stats(request):
+    """Pulsar's PartitionedTopicInternalStats: ``{"metadata": {"partitions": N}, "partitions": {name: the
+    partition's internalStats}}``."""
+    service, topic = request.app[SERVICE], url_topic(request)
+    count = await service.resources.partition_count(topic)
+    if count == 0:
+        raise NotFoundError(f"partitioned topic {topic} does not exist")
+
+    async def internal_stats(partition) -> dict:
+        return partition.internal_stats()
+
+    answers = await each_partition(request, topic, internal_stats, "GET", "internalStats")
+    return first_refusal(answers) or web.json_response({
+        "metadata": {"partitions": count},
+        "partitions": {str(topic.partition(i)): doc for i, (_, doc) in enumerate(answers)}})

@@ -89,6 +89,10 @@ def test_partitioned_stats_gather_partitions_other_brokers_serve(two_brokers, do
                 f"{base}-partition-{i}": (i + 1, ["s"]) for i in range(PARTITIONS)}
             cli = Admin(asked.web_url)("topics", "partitioned-stats", base).json()
             assert cli["msgInCounter"] == total and cli["partitions"] == {}  # pulsar-admin's default: no per partition
+            if domain == "persistent":
+                internal = Admin(asked.web_url)("topics", "partitioned-stats-internal", base).json()
+                assert {n: p["entriesAddedCounter"] for n, p in internal["partitions"].items()} == {
+                    f"{base}-partition-{i}": i + 1 for i in range(PARTITIONS)}
 
 
 def test_non_persistent_topics_of_every_broker_are_listed_and_found_by_a_regex_consumer(two_brokers):

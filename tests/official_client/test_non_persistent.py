@@ -294,3 +294,28 @@ def test_a_partitioned_non_persistent_topics_subscriptions_and_unload(standalone
         wait_until(_back_with_permits(standalone, f"{np_topic}-partition-{i}", "p"), 30, f"partition {i} back")
         assert _stats(standalone, f"{np_topic}-partition-{i}")["msgInCounter"] == 0
     consumer.close()
+
+
+def test_topic_policies_of_a_non_persistent_topic_apply_to_it_alone(standalone, client, np_topic):
+    def admin(*args):
+        return magnetar_admin(*args, url=standalone.web_url)
+
+    twin = np_topic.replace("non-persistent://", "persistent://")  # same name, the other domain
+    consumer = client.subscribe(np_topic, "s")  # a non-persistent topic exists while it is used
+    admin("topics", "set-max-producers", np_topic, "-p", "1").ok()
+    assert admin("topics", "get-max-producers", np_topic).json() == 1
+    admin("topics", "set-publish-rate", np_topic, "-m", "1000").ok()
+    assert admin("topics", "get-publish-rate", np_topic).json()["publishThrottlingRateInMsg"] == 1000
+    first = client.create_producer(np_topic)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(np_topic)
+    twins = [client.create_producer(twin) for _ in range(2)]  # the persistent topic keeps its own policies
+    assert admin("topics", "get-max-producers", twin).lines() == ["null"]
+    admin("topics", "remove-max-producers", np_topic).ok()
+    second = client.create_producer(np_topic)
+    for p in (first, second, *twins):
+        p.close()
+    consumer.close()
+    missing = admin("topics", "set-max-producers", f"non-persistent://public/default/none-{uuid.uuid4().hex[:8]}",
+                    "-p", "1")
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr
