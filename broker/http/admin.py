@@ -347,23 +347,6 @@ async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
 
 
-@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
-@requires(Need.TENANT_ADMIN)
-async def delete_partitioned(request):
-    service, topic = _service(request), _topic(request)
-    count = await service.resources.partition_count(topic)
-    if count == 0:
-        raise NotFoundError(f"partitioned topic {topic} does not exist")
-    force = request.query.get("force", "false").lower() == "true"
-    for i in range(count):
-        if await service.factory.exists(topic.partition(i).managed_ledger_name):
-            await service.delete_topic(topic.partition(i), force=force)
-    await service.resources.delete_partitioned_topic(topic)
-    await service.resources.delete_topic_policies(topic)
-    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
-    return web.Response(status=204)
-
-
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}")
 @requires(Need.TENANT_ADMIN)
 async def create_topic(request):

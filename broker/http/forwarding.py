@@ -60,8 +60,9 @@ async def forward(request, url: str, owner_id: str) -> web.Response:
 
 
 def topic_path(name, action: str) -> str:
-    """The admin route of one topic's ``action``: ``/admin/v2/<domain>/<tenant>/<ns>/<topic>/<action>``."""
-    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/{encode_local_name(name.local_name)}/{action}"
+    """The admin route of one topic's ``action``: ``/admin/v2/<domain>/<tenant>/<ns>/<topic>[/<action>]``."""
+    path = f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/{encode_local_name(name.local_name)}"
+    return f"{path}/{action}" if action else path
 
 
 async def ask_owner(request, owner, method: str, path: str, body: bytes = b"") -> tuple[int, object]:

@@ -13,7 +13,7 @@ partitions are done or doing).
 ``GET .../{topic}/partitioned-stats`` is here too: it sums the counters and rates over the partitions
 (``metadata.partitions`` is the count) and, unless ``perPartition=false`` (Pulsar's default is true), carries
 each partition's own stats under ``partitions``; and ``GET .../{topic}/partitioned-internalStats``, each
-partition's internal stats.
+partition's internal stats. ``DELETE .../{topic}/partitions`` deletes each partition where it is served.
 """
 
 from __future__ import annotations
@@ -58,23 +58,31 @@ def in_both_domains(table: web.RouteTableDef, method: str, suffix: str, need: Ne
     return register
 
 
+async def here_or_at_owner(request, name, here: Callable[[], Awaitable[object]], method: str,
+                           action: str) -> tuple[int, object]:
+    """``here()`` when this broker serves topic ``name``: (200, its result); when ``here`` finds another broker
+    serves it (TopicServedElsewhereError), ``method`` of the topic's ``action`` route asked of that broker, with
+    this request's body and query: (its status, its answer or reason)."""
+    try:
+        return 200, await here()
+    except TopicServedElsewhereError as exc:
+        query = f"?{request.query_string}" if request.query_string else ""
+        return await ask_owner(request, exc.owner, method, topic_path(name, action) + query, await request.read())
+
+
 async def each_partition(request, base, local: Local, method: str, action: str) -> list[tuple[int, object]]:
-    """``local(partition topic)`` on each partition this broker serves, ``method .../{partition}/{action}`` on
-    the broker serving each other one (with this request's body and query): (status, answer or reason) per
-    partition, in partition order."""
+    """``local(partition topic)`` on each partition this broker serves (loading it if nobody does), ``method
+    .../{partition}/{action}`` on the broker serving each other one: (status, answer or reason) per partition,
+    in partition order."""
     service = request.app[SERVICE]
     count = await service.resources.partition_count(base)
-    query = f"?{request.query_string}" if request.query_string else ""
-    body = await request.read()
 
-    async def one(name) -> tuple[int, object]:
-        try:
-            topic = await service.get_topic(name, create=True)
-        except TopicServedElsewhereError as exc:
-            return await ask_owner(request, exc.owner, method, topic_path(name, action) + query, body)
-        return 200, await local(topic)
+    def on(name):
+        async def here():
+            return await local(await service.get_topic(name, create=True))
+        return here_or_at_owner(request, name, here, method, action)
 
-    return list(await asyncio.gather(*(one(base.partition(i)) for i in range(count))))
+    return list(await asyncio.gather(*(on(base.partition(i)) for i in range(count))))
 
 
 def first_refusal(answers) -> web.Response | None:
@@ -150,3 +158,30 @@ async def partitioned_internal_stats(request):
     return first_refusal(answers) or web.json_response({
         "metadata": {"partitions": count},
         "partitions": {str(topic.partition(i)): doc for i, (_, doc) in enumerate(answers)}})
+
+
+@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
+@requires(Need.TENANT_ADMIN)
+async def delete_partitioned(request):
+    """Delete every partition, each by the broker serving it (``?force=true`` goes with it), then the partitioned
+    topic's record, its policies and its schema. A partition that refuses (clients connected, no force) ends the
+    request with its status, and the partitioned topic stays on record."""
+    service, topic = request.app[SERVICE], url_topic(request)
+    count = await service.resources.partition_count(topic)
+    if count == 0:
+        raise NotFoundError(f"partitioned topic {topic} does not exist")
+    force = request.query.get("force", "false").lower() == "true"
+
+    def delete(name):
+        async def here():
+            if await service.factory.exists(name.managed_ledger_name):
+                await service.delete_topic(name, force=force)
+        return here_or_at_owner(request, name, here, "DELETE", "")
+
+    refused = first_refusal(await asyncio.gather(*(delete(topic.partition(i)) for i in range(count))))
+    if refused is not None:
+        return refused
+    await service.resources.delete_partitioned_topic(topic)
+    await service.resources.delete_topic_policies(topic)
+    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
+    return web.Response(status=204)

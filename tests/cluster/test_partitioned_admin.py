@@ -148,7 +148,8 @@ def _loaded_here(broker, ns: str) -> set[str]:
     return {row["name"] for row in page["topics"] if row["loaded"]}
 
 
-def test_subscription_operations_compaction_and_unload_of_a_partitioned_topic_reach_every_partition(two_brokers):
+def test_subscription_operations_compaction_unload_and_delete_of_a_partitioned_topic_reach_every_partition(
+        two_brokers):
     """pulsar-admin's subscription commands on a partitioned topic act on each partition, through either broker."""
     ns = "public/psubs"
     admin = Admin(two_brokers[0].web_url)
@@ -191,3 +192,12 @@ def test_subscription_operations_compaction_and_unload_of_a_partitioned_topic_re
         assert admin("topics", "subscriptions", base).lines() == ["audit"]
         missing = admin("topics", "unsubscribe", base, "-s", "billing")
         assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+
+        holder = clients[id(owners[0])].subscribe(f"{base}-partition-0", "audit")
+        busy = admin("topics", "delete-partitioned-topic", base)
+        assert busy.returncode == 1 and "HTTP 405" in busy.stderr  # a consumer is connected: still on record
+        assert admin("topics", "get-partitioned-topic-metadata", base).json() == {"partitions": PARTITIONS}
+        admin("topics", "delete-partitioned-topic", base, "-f").ok()
+        holder.close()
+        assert admin("topics", "get-partitioned-topic-metadata", base).json() == {"partitions": 0}
+        assert admin("topics", "list", ns).lines() == []  # every partition's ledgers gone, on both brokers
