@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 VERSION = "Magnetar 0.1"
 
 
+# maxNumPartitionsPerPartitionedTopic = 0 is Pulsar's "unlimited"; a partitioned topic's admin requests act on every
+# partition at once, so the count a client may ask for is bounded even then.
+DEFAULT_MAX_PARTITIONS = 10_000
+
+
 class BrokerService:
     version = VERSION
 
@@ -286,10 +291,10 @@ class BrokerService:
     async def create_partitioned_topic(self, topic: TopicName, partitions: int, *, update: bool = False) -> None:
         """Create (or grow) a partitioned topic within maxNumPartitionsPerPartitionedTopic and
         maxTopicsPerNamespace (its partitions count as topics)."""
-        limit = self.config.max_num_partitions_per_partitioned_topic
-        if limit and partitions > limit:
+        limit = self.config.max_num_partitions_per_partitioned_topic or DEFAULT_MAX_PARTITIONS
+        if partitions > limit:
             raise NotAllowedError(f"{partitions} partitions requested for {topic}; at most {limit} "
-                                  "(maxNumPartitionsPerPartitionedTopic)")
+                                  "(maxNumPartitionsPerPartitionedTopic; when it is 0, Magnetar's bound)")
         current = await self.resources.partition_count(topic) if update else 0
         await self._check_topic_count(topic, new_topics=partitions - current)
         if update:

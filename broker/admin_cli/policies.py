@@ -1,5 +1,6 @@
 """Policies at namespace and topic level: message TTL, backlog quotas, persistence, retention, deduplication,
-the producer/consumer limits, inactive-topic deletion, subscription expiry, and the publish and dispatch rates.
+the producer/consumer limits, inactive-topic deletion, subscription expiry, the publish and dispatch rates, and
+(namespace only) the compaction threshold and the schema policies.
 
 pulsar-admin has each as ``set-X`` / ``get-X`` / ``remove-X`` under ``namespaces`` (on
 ``/admin/v2/namespaces/{t}/{ns}/{policy}``) and under ``topics`` (on ``/admin/v2/persistent/{t}/{ns}/{topic}/
@@ -149,14 +150,21 @@ INACTIVE_OPTIONS = (
 )
 
 
-def _dedup(enable, disable):
+def _enable_or_disable(enable, disable):
     if enable == disable:
         raise click.UsageError("give exactly one of --enable / --disable")
     return enable, {}
 
 
-DEDUP_OPTIONS = (click.option("-e", "--enable", is_flag=True, help="Enable deduplication."),
-                 click.option("-d", "--disable", is_flag=True, help="Disable deduplication."))
+def _on_off(what: str) -> tuple:
+    return (click.option("-e", "--enable", is_flag=True, help=f"Enable {what}."),
+            click.option("-d", "--disable", is_flag=True, help=f"Disable {what}."))
+
+
+DEDUP_OPTIONS = _on_off("deduplication")
+# pulsar-admin's choices of set-schema-compatibility-strategy (UNDEFINED: the broker's default applies)
+SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
+                     "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
 
 
 # Rates: (command name, REST policy, flags as (short, long, document field, default)); the same at both levels.
@@ -203,6 +211,17 @@ policy_commands("namespace", "subscription-expiration-time", "subscriptionExpira
                 [_value(("-t", "--time"), type=click.IntRange(0), help="Minutes without consumers.")], _body())
 
 
+policy_commands("namespace", "compaction-threshold", "compactionThreshold",
+                [_value(("-t", "--threshold"), type=SIZE,
+                        help="Backlog after the compaction horizon that starts a run: 100M, 1G; 0 is off.")], _body())
+policy_commands("namespace", "schema-compatibility-strategy", "schemaCompatibilityStrategy",
+                [_value(("-c", "--compatibility"), type=click.Choice(SCHEMA_STRATEGIES, case_sensitive=False),
+                        help="How a new schema version must relate to the earlier ones.")],
+                lambda value: (value.upper(), {}), remove=False)
+policy_commands("namespace", "is-allow-auto-update-schema", "isAllowAutoUpdateSchema",
+                _on_off("schema updates by producers"), _enable_or_disable, remove=False)
+policy_commands("namespace", "schema-validation-enforce", "schemaValidationEnforced",
+                _on_off("refusing producers without a schema on topics with one"), _enable_or_disable, remove=False)
 rate_commands("namespace")
 
 
@@ -225,7 +244,7 @@ policy_commands("topic", "retention", "retention", RETENTION_OPTIONS, _retention
 policy_commands("topic", "backlog-quota", "backlogQuota", QUOTA_OPTIONS, _quota, get_path="backlogQuotaMap",
                 get_name="backlog-quotas")
 policy_commands("topic", "persistence", "persistence", PERSISTENCE_OPTIONS, _persistence)
-policy_commands("topic", "deduplication", "deduplicationEnabled", DEDUP_OPTIONS, _dedup)
+policy_commands("topic", "deduplication", "deduplicationEnabled", DEDUP_OPTIONS, _enable_or_disable)
 policy_commands("topic", "inactive-topic-policies", "inactiveTopicPolicies", INACTIVE_OPTIONS, _inactive)
 for _name, _rest_name, _flags in (
         ("max-producers", "maxProducers", ("-p", "--max-producers")),

@@ -6,11 +6,15 @@ clients accept: ``my-topic`` is ``persistent://public/default/my-topic``) and tu
 
 from __future__ import annotations
 
+import urllib.parse
+
 import click
 
 from broker.admin_cli.output import emit
 from broker.admin_cli.params import (MESSAGE_ID, NAMESPACE, RELATIVE_TIME, TOPIC, csv, ns_path, parse_message_id,
                                      pass_rest, quote, timestamp_before, topic_path)
+from broker.admin_cli.settings import AdminCliError
+from magnetar.topic_name import PARTITION_SUFFIX
 
 
 @click.group("topics")
@@ -39,10 +43,14 @@ _SUBSCRIPTION = click.option("-s", "--subscription", required=True, help="Subscr
 
 @topics.command("list")
 @click.argument("namespace", type=NAMESPACE)
+@click.option("-td", "--topic-domain", type=click.Choice(["persistent", "non_persistent"]),
+              help="Only this domain's topics (both when not given).")
 @pass_rest
-def list_topics(rest, namespace):
-    """Get the list of topics of a namespace (partitions of partitioned topics included)."""
-    emit(rest.get(f"/admin/v2/persistent/{ns_path(namespace)}"))
+def list_topics(rest, namespace, topic_domain):
+    """Get the list of topics of a namespace (partitions of partitioned topics included), persistent then
+    non-persistent, as pulsar-admin lists them."""
+    domains = [topic_domain.replace("_", "-")] if topic_domain else ["persistent", "non-persistent"]
+    emit([name for domain in domains for name in rest.get(f"/admin/v2/{domain}/{ns_path(namespace)}")])
 
 
 @topics.command("list-partitioned-topics")
@@ -73,6 +81,28 @@ def update_partitioned(rest, path, partitions):
 @_topic_command("get-partitioned-topic-metadata", "Get the partitioned topic metadata ({\"partitions\": N}).")
 def partitioned_metadata(rest, path):
     emit(rest.get(f"{path}/partitions"))
+
+
+def _broker_url(rest, path: str) -> str:
+    """The service URL of the broker serving the topic at admin ``path``, by the HTTP lookup (the TLS one when
+    the admin URL is https and the broker has one, as pulsar-admin picks)."""
+    found = rest.get(path.replace("/admin/v2/", "/lookup/v2/topic/", 1))
+    tls = rest.settings.admin_url.startswith("https://") and found.get("brokerUrlTls")
+    return tls or found["brokerUrl"]
+
+
+@_topic_command("lookup", "Look up a topic: the service URL of the broker serving it.")
+def lookup(rest, path):
+    emit(_broker_url(rest, path))
+
+
+@_topic_command("partitioned-lookup", "Look up each partition of a partitioned topic: {partition: service URL}.")
+def partitioned_lookup(rest, path):
+    topic = urllib.parse.unquote(path.removeprefix("/admin/v2/").replace("/", "://", 1))
+    count = rest.get(f"{path}/partitions")["partitions"]
+    if count == 0:
+        raise AdminCliError(f"{topic} is not a partitioned topic")
+    emit({f"{topic}-partition-{i}": _broker_url(rest, f"{path}{PARTITION_SUFFIX}{i}") for i in range(count)})
 
 
 @_topic_command("delete", "Delete a topic.")
@@ -109,6 +139,11 @@ def stats_internal(rest, path):
 @click.option("--per-partition", is_flag=True, help="Include each partition's stats.")
 def partitioned_stats(rest, path, per_partition):
     emit(rest.get(f"{path}/partitioned-stats", perPartition=per_partition))
+
+
+@_topic_command("partitioned-stats-internal", "Get the internal stats of each partition of a partitioned topic.")
+def partitioned_stats_internal(rest, path):
+    emit(rest.get(f"{path}/partitioned-internalStats"))
 
 
 @_topic_command("last-message-id", "Get the id of the last message of a topic.")

@@ -12,9 +12,11 @@ from broker.http.compaction import routes as compaction_routes
 from broker.http.console import routes as console_routes
 from broker.http.forwarding import to_owner
 from broker.http.non_persistent import routes as non_persistent_routes
+from broker.http.partitions import routes as partition_routes
 from broker.http.policies import routes as policy_routes
 from broker.http.rate_policies import routes as rate_routes
 from broker.http.schemas import routes as schema_routes
+from broker.http.subscriptions import routes as subscription_routes
 from broker.http.topic_admin import broker_routes, routes as topic_admin_routes
 
 
@@ -31,6 +33,8 @@ def build_app(service) -> web.Application:
     app.add_routes(cluster_routes)
     app.add_routes(compaction_routes)
     app.add_routes(non_persistent_routes)
+    app.add_routes(partition_routes)
+    app.add_routes(subscription_routes)
     app.add_routes(console_routes)
     return app
 

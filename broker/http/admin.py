@@ -24,7 +24,6 @@ from broker.ownership.bundles import SPLIT_ALGORITHMS, NamespaceBundles, bundle_
 from broker.ownership.resources import ConflictError, NamespacePolicies, NotFoundError, TenantInfo
 from broker.security.authorization import Need, requires
 from broker.topics.names import parse_namespace, parse_topic
-from storage.managed_ledger import InitialPosition, Position
 
 SERVICE = web.AppKey("service", object)
 routes = web.RouteTableDef()
@@ -348,23 +347,6 @@ async def get_partitions(request):
     return web.json_response({"partitions": await _service(request).resources.partition_count(_topic(request))})
 
 
-@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitions")
-@requires(Need.TENANT_ADMIN)
-async def delete_partitioned(request):
-    service, topic = _service(request), _topic(request)
-    count = await service.resources.partition_count(topic)
-    if count == 0:
-        raise NotFoundError(f"partitioned topic {topic} does not exist")
-    force = request.query.get("force", "false").lower() == "true"
-    for i in range(count):
-        if await service.factory.exists(topic.partition(i).managed_ledger_name):
-            await service.delete_topic(topic.partition(i), force=force)
-    await service.resources.delete_partitioned_topic(topic)
-    await service.resources.delete_topic_policies(topic)
-    await service.schemas.delete(topic, force=True)  # as Pulsar does: a topic made again starts without a schema
-    return web.Response(status=204)
-
-
 @routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}")
 @requires(Need.TENANT_ADMIN)
 async def create_topic(request):
@@ -413,88 +395,7 @@ async def last_message_id(request):
                               "partitionIndex": topic.name.partition_index, "batchIndex": batch_index})
 
 
-@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats")
-@requires(Need.TENANT_ADMIN)
-async def partitioned_stats(request):
-    service, topic = _service(request), _topic(request)
-    count = await service.resources.partition_count(topic)
-    if count == 0:
-        raise NotFoundError(f"partitioned topic {topic} does not exist")
-    parts = {}
-    for i in range(count):
-        name = str(topic.partition(i))
-        partition = await service.get_topic(topic.partition(i), create=True)
-        parts[name] = service.topic_stats.add_rates(name, partition.stats())
-    total = {k: sum(p[k] for p in parts.values()) for k in ("msgInCounter", "msgOutCounter", "bytesInCounter", "msgBacklog",
-                                                             "msgRateIn", "msgRateOut", "msgThroughputIn",
-                                                             "msgThroughputOut")}
-    # Pulsar's perPartition defaults to true; false leaves the per-partition stats out.
-    per_partition = request.query.get("perPartition", "true").lower() != "false"
-    return web.json_response({"metadata": {"partitions": count}, **total, "partitions": parts if per_partition else {}})
-
-
-@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/unload")
-@requires(Need.TENANT_ADMIN)
-async def unload(request):
-    await _service(request).unload_topic(_topic(request))
-    return web.Response(status=204)
-
-
 # ---- subscriptions ----------------------------------------------------------------------
-
-
-@routes.get("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions")
-@requires(Need.TENANT_ADMIN)
-async def list_subscriptions(request):
-    return web.json_response(sorted((await _loaded(request)).subscriptions))
-
-
-def _message_id(body) -> Position | None:
-    if body is None:
-        return None
-    if not isinstance(body, dict) or "ledgerId" not in body or "entryId" not in body:
-        raise BadRequest('expected a message id {"ledgerId": L, "entryId": E}')
-    return Position(int(body["ledgerId"]), int(body["entryId"]))
-
-
-@routes.put("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
-@requires(Need.TENANT_ADMIN)
-async def create_subscription(request):
-    topic = await _service(request).get_topic(_topic(request), create=True)
-    start = _message_id(await _json(request))
-    await topic.create_subscription(request.match_info["sub"], start, InitialPosition.LATEST)
-    return web.Response(status=204)
-
-
-@routes.delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}")
-@requires(Need.TENANT_ADMIN)
-async def delete_subscription(request):
-    await (await _loaded(request)).unsubscribe(request.match_info["sub"])
-    return web.Response(status=204)
-
-
-@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}")
-@requires(Need.TENANT_ADMIN)
-async def reset_by_time(request):
-    topic = await _loaded(request)
-    sub = _subscription(topic, request.match_info["sub"])
-    timestamp = request.match_info["timestamp"]
-    if not timestamp.isdigit() or len(timestamp) > 19:
-        raise BadRequest(f"timestamp must be milliseconds since the epoch, got {timestamp[:40]!r}")
-    await sub.reset(await topic.position_for_publish_time(int(timestamp)))
-    return web.Response(status=204)
-
-
-@routes.post("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor")
-@requires(Need.TENANT_ADMIN)
-async def reset_by_id(request):
-    topic = await _loaded(request)
-    sub = _subscription(topic, request.match_info["sub"])
-    position = _message_id(await _json(request))
-    if position is None:
-        raise BadRequest("the body must be a message id")
-    await sub.reset(position)
-    return web.Response(status=204)
 
 
 def _subscription(topic, name):

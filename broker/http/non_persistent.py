@@ -1,8 +1,9 @@
 """Admin REST and lookup for non-persistent topics (``/admin/v2/non-persistent/...``), in Pulsar's shapes.
 
 A non-persistent topic is on record nowhere but in the memory of the broker
-serving it, so its stats come from that broker: one that does not serve the
-topic answers 404 (lookup names the one that does). The namespace's list
+serving it, so its stats come from that broker: asked elsewhere, the request
+goes to the owner of the topic's bundle (broker/http/forwarding.py); a topic
+nobody serves is 404. ``partitioned-stats`` is broker/http/partitions.py. The namespace's list
 (``GET .../{tenant}/{ns}``) gathers every broker's (broker/ownership/non_persistent_listing.py);
 ``GET .../{tenant}/{ns}/{bundle}`` (Pulsar's getListInBundle) answers this
 broker's own in one bundle, which is what the others ask.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.errors import NotAllowedError
+from broker.errors import NotAllowedError, TopicServedElsewhereError
 from broker.http.admin import BadRequest, _json, _ns, _service
 from broker.http.lookup import answer_lookup
 from broker.ownership.bundles import parse_bundle_name
@@ -109,15 +110,40 @@ async def delete_partitioned(request):
     return web.Response(status=204)
 
 
+async def served_here(service, topic):
+    """The non-persistent topic as this broker serves it. A partition of a partitioned topic is on record, so it
+    is loaded on first ask like a persistent one; another topic exists only where a client uses it. Raises
+    TopicServedElsewhereError when the topic's bundle is another broker's (the request goes there,
+    broker/http/forwarding.py), NotFoundError when nobody serves it."""
+    loaded = service.non_persistent.get(str(topic))
+    if loaded is not None and not loaded.closed:
+        return loaded
+    if topic.partition_index >= 0 and await service.resources.partition_count(topic.partitioned_name) > 0:
+        return await service.get_topic(topic, create=True)
+    owner = await service.ownership.owner_of(topic)
+    if owner is not None and owner.broker_id != service.ownership.me.broker_id:
+        raise TopicServedElsewhereError(f"topic {topic} is served by broker {owner.broker_id}", owner)
+    raise NotFoundError(f"topic {topic} is not served by any broker (a non-persistent topic exists only while a "
+                        f"producer or consumer uses it)")
+
+
 @routes.get("/admin/v2/non-persistent/{tenant}/{ns}/{topic}/stats")
 @requires(Need.TENANT_ADMIN)
 async def topic_stats(request):
-    topic = _topic(request)
-    loaded = _service(request).non_persistent.get(str(topic))
-    if loaded is None or loaded.closed:
-        raise NotFoundError(f"topic {topic} is not served by this broker (a non-persistent topic exists only "
-                            f"while a producer or consumer uses it; look it up to find its broker)")
-    return web.json_response(loaded.stats())
+    return web.json_response((await served_here(_service(request), _topic(request))).stats())
+
+
+@routes.delete(NS + "/{topic}")
+@requires(Need.TENANT_ADMIN)
+async def delete_topic(request):
+    """Close the topic and forget it (what deleting a topic kept in memory means); refused (405) while producers or
+    consumers are connected unless ``?force=true``, which disconnects them."""
+    service, topic = _service(request), _topic(request)
+    loaded = await served_here(service, topic)
+    await loaded.delete(force=request.query.get("force", "false").lower() == "true")
+    if service.non_persistent.get(str(topic)) is loaded:
+        service.non_persistent.pop(str(topic))
+    return web.Response(status=204)
 
 
 @routes.get("/lookup/v2/topic/non-persistent/{tenant}/{ns}/{topic}")

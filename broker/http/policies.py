@@ -1,7 +1,8 @@
 """Lifecycle and limit policies in Pulsar's REST shapes, at namespace and at topic level.
 
 Namespace: ``/admin/v2/namespaces/{tenant}/{ns}/{policy}``; topic:
-``/admin/v2/persistent/{tenant}/{ns}/{topic}/{policy}``. ``POST`` sets,
+``/admin/v2/persistent/{tenant}/{ns}/{topic}/{policy}`` (and ``/admin/v2/non-persistent/...``: limits,
+deduplication and the rest are kept for a non-persistent topic too, under its own name). ``POST`` sets,
 ``GET`` reads (204 with no body when unset, as Pulsar answers; a topic's
 ``GET ...?applied=true`` answers the value in force: the topic's, else its
 namespace's, else the broker's), ``DELETE`` removes. A topic's policies
@@ -23,7 +24,9 @@ from typing import Callable
 
 from aiohttp import web
 
-from broker.http.admin import MAX_INT_FIELD, SERVICE, BadRequest, _int_field, _json, _ns, _topic
+from broker.http.admin import MAX_INT_FIELD, SERVICE, BadRequest, _int_field, _json, _ns
+from broker.http.non_persistent import served_here
+from broker.http.partitions import url_topic
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics.lifecycle_policies import (
@@ -35,6 +38,8 @@ routes = web.RouteTableDef()
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+NP_PREFIX = "/admin/v2/non-persistent/"
+NP_TOPIC = NP_PREFIX + "{tenant}/{ns}/{topic}"
 
 
 def _int_policy(name: str):
@@ -109,6 +114,7 @@ NAMESPACE_DELETES = {
     "maxConsumersPerSubscription": {"max_consumers_per_subscription": None},
     "maxUnackedMessagesPerConsumer": {"max_unacked_messages_per_consumer": None},
     "maxUnackedMessagesPerSubscription": {"max_unacked_messages_per_subscription": None},
+    "compactionThreshold": {"compaction_threshold": None},
 }
 # Topic-level policies under Pulsar's topic names.
 TOPIC_POLICIES = {
@@ -129,7 +135,7 @@ TOPIC_POLICIES = {
 
 
 def _loaded_in(service, ns):
-    return [t for t in list(service.topics.values()) if t.name.namespace_name == ns and not t.closed]
+    return [t for t in service.loaded_topics() if t.name.namespace_name == ns and not t.closed]
 
 
 async def _set_namespace(request, changes: dict) -> None:
@@ -139,9 +145,18 @@ async def _set_namespace(request, changes: dict) -> None:
         topic.apply_policies(policies)
 
 
+def url_topic_of_either_domain(request):
+    """The topic in the URL, ``/admin/v2/persistent/...`` or ``/admin/v2/non-persistent/...``."""
+    return url_topic(request, "non-persistent" if request.path.startswith(NP_PREFIX) else "persistent")
+
+
 async def _existing_topic(request):
-    service, topic = request.app[SERVICE], _topic(request)
-    if not (await service.factory.exists(topic.managed_ledger_name) or await service.resources.partition_count(topic)):
+    """(service, topic) of the URL; 404 for a persistent topic never created, or a non-persistent one nobody
+    serves (asked of a broker that does not serve it, the request goes to the one that does)."""
+    service, topic = request.app[SERVICE], url_topic_of_either_domain(request)
+    if not topic.persistent:
+        await served_here(service, topic)
+    elif not (await service.factory.exists(topic.managed_ledger_name) or await service.resources.partition_count(topic)):
         raise NotFoundError(f"topic {topic} does not exist")
     return service, topic
 
@@ -206,7 +221,12 @@ for _name, _changes in NAMESPACE_DELETES.items():
 
 
 def _register_topic(name: str, policy: Policy) -> None:
-    @routes.post(f"{TOPIC}/{name}")
+    for prefix in (TOPIC, NP_TOPIC):
+        _register_topic_at(prefix, name, policy)
+
+
+def _register_topic_at(prefix: str, name: str, policy: Policy) -> None:
+    @routes.post(f"{prefix}/{name}")
     @requires(Need.TENANT_ADMIN)
     async def set_policy(request):
         if name == "messageTTL" and "messageTTL" in request.query:  # Pulsar's topic form: ?messageTTL=N
@@ -219,7 +239,7 @@ def _register_topic(name: str, policy: Policy) -> None:
         await _set_topic(request, policy.parse(body))
         return web.Response(status=204)
 
-    @routes.get(f"{TOPIC}/{name}")
+    @routes.get(f"{prefix}/{name}")
     @requires(Need.TENANT_ADMIN)
     async def get_policy(request):
         service, topic = await _existing_topic(request)
@@ -232,7 +252,7 @@ def _register_topic(name: str, policy: Policy) -> None:
                 own = default
         return _answer(own)
 
-    @routes.delete(f"{TOPIC}/{name}")
+    @routes.delete(f"{prefix}/{name}")
     @requires(Need.TENANT_ADMIN)
     async def delete_policy(request):
         await _set_topic(request, policy.clear())

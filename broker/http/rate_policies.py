@@ -22,7 +22,9 @@ topics get it through their watch on the namespace's policies
 Topic level: the same three under ``/admin/v2/persistent/{tenant}/{ns}/{topic}/``
 with the same documents, kept with the topic's other policies
 (``/admin/topic-policies/...``, per cluster like the namespace's) and shared
-by the partitions of a partitioned topic. A topic's rate overrides its
+by the partitions of a partitioned topic. A non-persistent topic takes a
+``publishRate`` of its own (``/admin/v2/non-persistent/...``); its dispatch is
+never throttled, so it has no dispatch rates. A topic's rate overrides its
 namespace's, even a -1 ("no limit") one, as in Pulsar; ``DELETE`` brings the
 namespace's back. ``GET ...?applied=true`` answers the rate in force: the
 topic's, else the namespace's, else the broker's default (204 when there is
@@ -135,8 +137,8 @@ async def _set_topic_rate(request, attr: str, rate: dict | None) -> None:
     await _set_topic(request, {attr: _with_cluster_rate(current, cluster, rate)})
 
 
-def _register_topic(name: str) -> None:
-    path = f"/admin/v2/persistent/{{tenant}}/{{ns}}/{{topic}}/{name}"
+def _register_topic(name: str, domain: str) -> None:
+    path = f"/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}/{name}"
     attr, shape, kind = RATE_POLICIES[name]
 
     @routes.post(path)
@@ -168,4 +170,5 @@ def _register_topic(name: str) -> None:
 
 
 for _name in RATE_POLICIES:
-    _register_topic(_name)
+    _register_topic(_name, "persistent")
+_register_topic("publishRate", "non-persistent")  # a non-persistent topic's sends are throttled; its dispatch is not

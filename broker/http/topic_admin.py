@@ -10,8 +10,8 @@ Topics: ``POST terminate`` (answers the last message id), ``POST terminate/parti
 asking the owner of a partition another broker owns), ``GET internal-info``
 (the managed ledger's metadata), ``GET backlog``. Namespaces: ``PUT unload``,
 ``POST clearBacklog`` (every subscription of every loaded topic, or one with
-``?subscription=``; a bundle's with ``.../{bundle}/clearBacklog``),
-``GET topics``. Brokers: ``GET /admin/v2/brokers/{cluster}``,
+``?subscription=``; a bundle's with ``.../{bundle}/clearBacklog``): on every
+bundle, each asked of the broker that owns it; ``GET topics``. Brokers: ``GET /admin/v2/brokers/{cluster}``,
 ``GET /admin/v2/brokers/ready``; bookies: ``GET /admin/v2/bookies/all``,
 ``GET /admin/v2/bookies/racks-info`` (each bookie's zone and upgrade domain,
 from its registration).
@@ -19,22 +19,23 @@ from its registration).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
-import ssl
+import urllib.parse
 
-import aiohttp
 from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
-from broker.ownership.ownership import NAMESPACE_ROOT
+from broker.http.forwarding import ask_owner, topic_path
+from broker.http.partitions import first_refusal, in_both_domains, on_topic, url_topic
+from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
 from broker.topics import lifecycle
 from magnetar.compression import CompressionError, decompress
 from magnetar.protocol.frames import parse_headers_and_payload
-from magnetar.topic_name import encode_local_name
 from storage.client.api import parse_registration
 from storage.errors import NoNodeError
 
@@ -46,7 +47,6 @@ TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 MAX_PEEK_POSITION = 1_000_000  # a peek walks the unconsumed positions up to n
 MAX_EXPIRE_SECONDS = 100 * 365 * 24 * 3600
-FORWARD_TIMEOUT_S = 30
 BOOKIES_AVAILABLE = "/ledgers/available"
 
 
@@ -57,9 +57,25 @@ def _count(request, name: str, *, minimum: int, maximum: int) -> int:
     return int(raw)
 
 
-async def _sub(request):
+async def _sub(request, what: str):
+    """(topic, subscription) of the URL, for an operation on one topic's position: 405 on a partitioned topic
+    (Pulsar refuses ``what`` there too: positions are per partition)."""
+    service, base = request.app[SERVICE], _topic(request)
+    if await service.resources.partition_count(base) > 0:
+        raise NotAllowedError(f"{what} is not allowed on a partitioned topic ({base}): {what} each partition")
     topic = await _loaded(request)
     return topic, _subscription(topic, request.match_info["sub"])
+
+
+def _on_subscription(request, operation, action: str):
+    """``operation(subscription)`` on the URL's subscription of the topic, or of each partition of a partitioned
+    topic (broker/http/partitions.py)."""
+    name = request.match_info["sub"]
+
+    async def local(topic):
+        await operation(_subscription(topic, name))
+
+    return on_topic(request, local, "POST", f"subscription/{urllib.parse.quote(name, safe='')}/{action}")
 
 
 # ---- a subscription's backlog ---------------------------------------------------------
@@ -73,7 +89,7 @@ def _iso(ms: int) -> str:
 @requires(Need.TENANT_ADMIN)
 async def peek(request):
     n = _count(request, "n", minimum=1, maximum=MAX_PEEK_POSITION)
-    topic, sub = await _sub(request)
+    topic, sub = await _sub(request, "peek")
     entry = await lifecycle.peek(sub, n)
     if entry is None:
         raise NotFoundError(f"subscription {sub.name} has fewer than {n} messages in its backlog")
@@ -103,7 +119,7 @@ async def peek(request):
 @requires(Need.TENANT_ADMIN)
 async def skip(request):
     n = _count(request, "n", minimum=0, maximum=2**63 - 1)
-    _, sub = await _sub(request)
+    _, sub = await _sub(request, "skip")
     await lifecycle.skip(sub, n)
     return web.Response(status=204)
 
@@ -111,33 +127,56 @@ async def skip(request):
 @routes.post(SUB + "/skip_all")
 @requires(Need.TENANT_ADMIN)
 async def skip_all(request):
-    _, sub = await _sub(request)
-    await lifecycle.clear_backlog(sub)
-    return web.Response(status=204)
+    return await _on_subscription(request, lifecycle.clear_backlog, "skip_all")
 
 
 @routes.post(SUB + "/expireMessages/{seconds}")
 @requires(Need.TENANT_ADMIN)
 async def expire(request):
     seconds = _count(request, "seconds", minimum=0, maximum=MAX_EXPIRE_SECONDS)
-    _, sub = await _sub(request)
-    await lifecycle.expire_before(sub, lifecycle.now_ms() - seconds * 1000)
-    return web.Response(status=204)
+    cutoff = lifecycle.now_ms() - seconds * 1000
+    return await _on_subscription(request, lambda sub: lifecycle.expire_before(sub, cutoff),
+                                  f"expireMessages/{seconds}")
 
 
 @routes.post(TOPIC + "/all_subscription/expireMessages/{seconds}")
 @requires(Need.TENANT_ADMIN)
 async def expire_all(request):
     seconds = _count(request, "seconds", minimum=0, maximum=MAX_EXPIRE_SECONDS)
-    topic = await _loaded(request)
     cutoff = lifecycle.now_ms() - seconds * 1000
-    for sub in list(topic.subscriptions.values()):
-        if sub.durable:
-            await lifecycle.expire_before(sub, cutoff)
-    return web.Response(status=204)
+
+    async def expire_every_subscription(topic):
+        for sub in list(topic.subscriptions.values()):
+            if sub.durable:
+                await lifecycle.expire_before(sub, cutoff)
+
+    return await on_topic(request, expire_every_subscription, "POST", f"all_subscription/expireMessages/{seconds}")
 
 
 # ---- topics ---------------------------------------------------------------------------
+
+
+@in_both_domains(routes, "PUT", "/unload")
+async def unload_topic(request, domain: str):
+    """Close the topic where it is served; its clients look it up again and it loads where its bundle goes. A
+    topic another broker serves is unloaded by that broker, a partitioned topic's partitions each where it is
+    served; a topic nobody serves is unloaded already (204). A non-persistent topic loses what was in flight."""
+    service, base = request.app[SERVICE], url_topic(request, domain)
+    count = await service.resources.partition_count(base)
+    registry = service.topics if base.persistent else service.non_persistent
+
+    async def one(name) -> tuple[int, object]:
+        loaded = registry.get(str(name))
+        if loaded is not None and not loaded.closed:
+            await service.unload_topic(name)
+            return 204, None
+        owner = await service.ownership.owner_of(name)
+        if owner is None or owner.broker_id == service.ownership.me.broker_id:
+            return 204, None
+        return await ask_owner(request, owner, "PUT", topic_path(name, "unload"))
+
+    names = [base.partition(i) for i in range(count)] if count else [base]
+    return first_refusal(await asyncio.gather(*map(one, names))) or web.Response(status=204)
 
 
 @routes.post(TOPIC + "/terminate")
@@ -147,23 +186,6 @@ async def terminate(request):
     last = await topic.terminate()
     return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
                               "partitionIndex": topic.name.partition_index})
-
-
-async def _terminate_at(request, owner, partition) -> tuple[int, object]:
-    """Terminate a partition on the broker that owns it (its own terminate route), with the caller's credentials:
-    (status, answer)."""
-    service = request.app[SERVICE]
-    base = owner.web_url(request.secure)
-    url = f"{base}/admin/v2/persistent/{partition.namespace_name}/{encode_local_name(partition.local_name)}/terminate"
-    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
-    tls = {"ssl": ssl.create_default_context(cafile=service.config.tls_trust_certs_file_path)} \
-        if base.startswith("https:") else {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as http:
-        async with http.post(url, headers=headers, allow_redirects=False, **tls) as resp:
-            body = await resp.text()
-            if resp.status != 200:
-                return resp.status, f"terminating {partition} on broker {owner.broker_id}: {body[:500]}"
-            return 200, json.loads(body)
 
 
 @routes.post(TOPIC + "/terminate/partitions")
@@ -185,7 +207,7 @@ async def terminate_partitions(request):
             last = await (await service.get_topic(partition, create=True)).terminate()
             answer[str(i)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": i}
             continue
-        status, doc = await _terminate_at(request, owner, partition)
+        status, doc = await ask_owner(request, owner, "POST", topic_path(partition, "terminate"))
         if status != 200:
             return web.json_response({"reason": doc}, status=status)
         answer[str(i)] = doc
@@ -226,17 +248,34 @@ async def backlog(request):
 # ---- namespaces -----------------------------------------------------------------------
 
 
+async def _each_bundle(request, local, remote: tuple[str, str]) -> web.Response:
+    """Act on every bundle of the namespace in the URL, as Pulsar's broker does: ``local(path)`` on the bundles
+    this broker owns, ``remote`` (method, bundle route action) on each other broker's, asked of its owner with
+    the caller's credentials; a bundle nobody owns has nothing loaded. The first refusal ends the request with
+    its status (the other bundles are done or doing)."""
+    service, ns = request.app[SERVICE], _ns(request)
+    await service.resources.get_policies(ns)  # 404 for a missing namespace
+    bundles = await service.ownership.namespace_bundles(ns, fresh=True)
+
+    async def one(bundle) -> tuple[int, object]:
+        path = service.ownership.bundle_path(ns, bundle)
+        if path in service.ownership.owned:
+            await local(path)
+            return 204, None
+        owner = await service.ownership.owner_at(path)
+        if owner is None or owner.broker_id == service.ownership.me.broker_id:
+            return 204, None  # unowned, or this broker's node from before it let the bundle go
+        method, action = remote
+        return await ask_owner(request, owner, method, f"/admin/v2/namespaces/{ns}/{bundle_name(bundle)}/{action}")
+
+    return first_refusal(await asyncio.gather(*(one(b) for b in bundles.ranges()))) or web.Response(status=204)
+
+
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/unload")
 @requires(Need.SUPERUSER)
 async def unload_namespace(request):
-    """Unload every bundle of the namespace this broker owns (Pulsar asks each owner; a client's lookup then
-    places them afresh)."""
-    service, ns = request.app[SERVICE], _ns(request)
-    await service.resources.get_policies(ns)  # 404 for a missing namespace
-    prefix = f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/"
-    for path in [p for p in list(service.ownership.owned) if p.startswith(prefix)]:
-        await service.unload_bundle(path)
-    return web.Response(status=204)
+    """Unload every bundle of the namespace, each by its owner; a client's lookup then places them afresh."""
+    return await _each_bundle(request, request.app[SERVICE].unload_bundle, ("PUT", "unload"))
 
 
 async def _clear(service, topics, subscription: str | None) -> None:
@@ -244,6 +283,12 @@ async def _clear(service, topics, subscription: str | None) -> None:
         for name, sub in list(topic.subscriptions.items()):
             if sub.durable and (subscription is None or name == subscription):
                 await lifecycle.clear_backlog(sub)
+
+
+async def _clear_bundle(service, path: str, subscription: str | None) -> None:
+    """Clear the backlog of the (named, else every) durable subscription of the loaded topics of one bundle."""
+    await _clear(service, [t for t in list(service.topics.values())
+                           if not t.closed and await service.ownership.path_of(t.name) == path], subscription)
 
 
 def _sub_query(request) -> str | None:
@@ -256,23 +301,18 @@ def _sub_query(request) -> str | None:
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/clearBacklog")
 @requires(Need.TENANT_ADMIN)
 async def clear_namespace_backlog(request):
-    service, ns = request.app[SERVICE], _ns(request)
-    await service.resources.get_policies(ns)
-    topics = [t for t in list(service.topics.values()) if t.name.namespace_name == ns and not t.closed]
-    await _clear(service, topics, _sub_query(request))
-    return web.Response(status=204)
+    service, subscription = request.app[SERVICE], _sub_query(request)
+    query = "" if subscription is None else "?" + urllib.parse.urlencode({"subscription": subscription})
+    return await _each_bundle(request, lambda path: _clear_bundle(service, path, subscription),
+                              ("POST", f"clearBacklog{query}"))
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/clearBacklog")
 @requires(Need.TENANT_ADMIN)
 async def clear_bundle_backlog(request):
-    service = request.app[SERVICE]
     path, _ = await _bundle_here(request)
-    topics = []
     if path is not None:
-        topics = [t for t in list(service.topics.values())
-                  if not t.closed and await service.ownership.path_of(t.name) == path]
-    await _clear(service, topics, _sub_query(request))
+        await _clear_bundle(request.app[SERVICE], path, _sub_query(request))
     return web.Response(status=204)
 
 

@@ -344,9 +344,10 @@ class Resources:
 
     @staticmethod
     def topic_policies_path(topic: TopicName) -> str:
-        """A partition shares its partitioned topic's policies, as in Pulsar."""
+        """A partition shares its partitioned topic's policies, as in Pulsar; a non-persistent topic has its own
+        beside the persistent topic of the same name."""
         base = topic.partitioned_name if topic.partition_index >= 0 else topic
-        return f"{TOPIC_POLICIES_ROOT}/{base.namespace_name}/persistent/{encode_local_name(base.local_name)}"
+        return f"{TOPIC_POLICIES_ROOT}/{base.namespace_name}/{base.domain}/{encode_local_name(base.local_name)}"
 
     async def get_topic_policies(self, topic: TopicName) -> NamespacePolicies:
         """The topic's own policies (every field None when it has none)."""

@@ -7,6 +7,7 @@ broker's own reason on stderr.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pulsar
@@ -109,6 +110,41 @@ def test_namespaces_create_policies_and_permissions(admin):
     assert ns not in admin("namespaces", "list", "public").lines()
 
 
+def test_namespaces_compaction_threshold_and_schema_policies(admin):
+    ns = f"public/{_name('nss')}"
+    admin("namespaces", "create", ns).ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).lines() == ["null"]
+    admin("namespaces", "set-compaction-threshold", ns, "-t", "10M").ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).json() == 10 * 1024 * 1024
+    admin("namespaces", "remove-compaction-threshold", ns).ok()
+    assert admin("namespaces", "get-compaction-threshold", ns).lines() == ["null"]
+
+    assert admin("namespaces", "get-schema-compatibility-strategy", ns).lines() == ["UNDEFINED"]  # as pulsar-admin
+    admin("namespaces", "set-schema-compatibility-strategy", ns, "-c", "FORWARD_TRANSITIVE").ok()
+    assert admin("namespaces", "get-schema-compatibility-strategy", ns).lines() == ["FORWARD_TRANSITIVE"]
+    assert admin("namespaces", "get-is-allow-auto-update-schema", ns).json() is True
+    admin("namespaces", "set-is-allow-auto-update-schema", ns, "--disable").ok()
+    assert admin("namespaces", "get-is-allow-auto-update-schema", ns).json() is False
+    assert admin("namespaces", "get-schema-validation-enforce", ns).json() is False
+    admin("namespaces", "set-schema-validation-enforce", ns, "-e").ok()
+    assert admin("namespaces", "get-schema-validation-enforce", ns).json() is True
+    assert admin("namespaces", "policies", ns).json()["schema_validation_enforced"] is True
+    assert admin("namespaces", "set-schema-compatibility-strategy", ns, "-c", "SIDEWAYS").returncode == 2
+    assert admin("namespaces", "set-schema-validation-enforce", ns).returncode == 2  # neither --enable nor --disable
+
+
+def test_topics_lookup_and_partitioned_lookup(admin, standalone):
+    topic = f"persistent://public/default/{_name('look')}"
+    admin("topics", "create", topic).ok()
+    assert admin("topics", "lookup", topic).lines() == [standalone.service_url]
+    partitioned = f"persistent://public/default/{_name('plook')}"
+    admin("topics", "create-partitioned-topic", partitioned, "-p", "2").ok()
+    assert admin("topics", "partitioned-lookup", partitioned).json() == {
+        f"{partitioned}-partition-{i}": standalone.service_url for i in range(2)}
+    refused = admin("topics", "partitioned-lookup", topic)
+    assert refused.returncode == 1 and "is not a partitioned topic" in refused.stderr
+
+
 def test_namespaces_topics_unload_and_split_bundle(admin, client):
     ns = f"public/{_name('nsb')}"
     admin("namespaces", "create", ns).ok()
@@ -171,6 +207,45 @@ def test_topics_lifecycle_stats_and_partitions(admin, client):
     admin("topics", "delete-partitioned-topic", partitioned).ok()
     gone = admin("topics", "get-partitioned-topic-metadata", partitioned).json()
     assert gone == {"partitions": 0}
+
+
+RECORD = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+RECORD_V1 = {**RECORD, "fields": [*RECORD["fields"], {"name": "note", "type": "string", "default": ""}]}
+
+
+def test_schemas_upload_get_and_delete(admin, tmp_path):
+    topic = f"persistent://public/default/{_name('sch')}"
+    admin("topics", "create", topic).ok()
+    for i, record in enumerate((RECORD, RECORD_V1)):
+        (tmp_path / f"v{i}.json").write_text(json.dumps({"type": "AVRO", "schema": json.dumps(record),
+                                                          "properties": {"owner": "billing"}}))
+        admin("schemas", "upload", topic, "-f", str(tmp_path / f"v{i}.json")).ok()
+    latest = admin("schemas", "get", topic).json()
+    assert (latest["version"], latest["type"], json.loads(latest["data"])) == (1, "AVRO", RECORD_V1)
+    assert latest["properties"] == {"owner": "billing"}
+    assert json.loads(admin("schemas", "get", topic, "-v", "0").json()["data"]) == RECORD
+    every = admin("schemas", "get", topic, "--all-version").json()["getSchemaResponses"]
+    assert [v["version"] for v in every] == [0, 1]
+    (tmp_path / "breaking.json").write_text(json.dumps({"type": "AVRO", "schema": json.dumps(
+        {**RECORD, "fields": [{"name": "id", "type": "string"}]})}))
+    refused = admin("schemas", "upload", topic, "-f", str(tmp_path / "breaking.json"))
+    assert refused.returncode == 1 and "HTTP 409" in refused.stderr
+    admin("schemas", "delete", topic).ok()
+    gone = admin("schemas", "get", topic)
+    assert gone.returncode == 1 and "HTTP 404" in gone.stderr
+
+
+def test_topics_compact_and_compaction_status(admin, client):
+    topic = f"persistent://public/default/{_name('cmp')}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for value in (b"1", b"2", b"3"):
+        producer.send(value, partition_key="k")
+    assert admin("topics", "compact", topic).lines() == [f"Topic compaction requested for {topic}"]
+    assert admin("topics", "compaction-status", topic, "-w").lines() == ["Compaction was a success"]
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert reader.read_next(10_000).data() == b"3"  # the key's last value only
+    reader.close()
+    producer.close()
 
 
 def test_short_topic_names_mean_public_default(admin):

@@ -31,6 +31,8 @@ class RecordingRest:
             return Response(200, {}, b'{"0": {"ledgerId": 3, "entryId": 9, "partitionIndex": 0}}')
         if path.endswith("/compaction") and method == "GET":
             return Response(200, {}, b'{"status": "SUCCESS", "lastError": ""}')
+        if method == "GET" and path.count("/") == 5 and path.split("/")[3] in ("persistent", "non-persistent"):
+            return Response(200, {}, b"[]")  # a namespace's topics
         if "/position/" in path:
             return Response(200, {"x-pulsar-message-id": "3:0", "x-pulsar-property": '{"k": "v"}'}, b"hello")
         return Response(200, {}, b"")
@@ -127,6 +129,19 @@ def invoke(*args):
     (("topics", "partitioned-terminate", "t"), [("POST", f"{T}/terminate/partitions", None, {})]),
     (("topics", "compact", "t"), [("PUT", f"{T}/compaction", None, {})]),
     (("topics", "compaction-status", "t"), [("GET", f"{T}/compaction", None, {})]),
+    (("namespaces", "set-compaction-threshold", "public/orders", "-t", "1G"),
+     [("POST", f"{NS}/compactionThreshold", 1024 ** 3, {})]),
+    (("namespaces", "remove-compaction-threshold", "public/orders"), [("DELETE", f"{NS}/compactionThreshold", None, {})]),
+    (("namespaces", "set-schema-compatibility-strategy", "public/orders", "-c", "full"),
+     [("POST", f"{NS}/schemaCompatibilityStrategy", "FULL", {})]),
+    (("namespaces", "set-is-allow-auto-update-schema", "public/orders", "-d"),
+     [("POST", f"{NS}/isAllowAutoUpdateSchema", False, {})]),
+    (("namespaces", "set-schema-validation-enforce", "public/orders", "--enable"),
+     [("POST", f"{NS}/schemaValidationEnforced", True, {})]),
+    (("topics", "list", "public/orders"), [("GET", "/admin/v2/persistent/public/orders", None, {}),
+                                           ("GET", "/admin/v2/non-persistent/public/orders", None, {})]),
+    (("topics", "list", "public/orders", "-td", "non_persistent"),
+     [("GET", "/admin/v2/non-persistent/public/orders", None, {})]),
     (("schemas", "get", "t"), [("GET", "/admin/v2/schemas/public/default/t/schema", None, {})]),
     (("schemas", "get", "t", "-v", "2"), [("GET", "/admin/v2/schemas/public/default/t/schema/2", None, {})]),
     (("schemas", "get", "t", "--all-version"), [("GET", "/admin/v2/schemas/public/default/t/schemas", None, {})]),

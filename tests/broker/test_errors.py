@@ -53,6 +53,7 @@ def test_broker_for_code_falls_back_to_broker_error_with_the_class_doc():
 
 @pytest.mark.parametrize("code, status", [
     (pb.InvalidTopicName, 412), (pb.TopicNotFound, 404), (pb.SubscriptionNotFound, 404), (pb.NotAllowedError, 405),
+    (pb.ConsumerBusy, 412),
     (pb.AuthorizationError, 403), (pb.UnknownError, 500), (pb.MetadataError, 500), (pb.PersistenceError, 500), (pb.ServiceNotReady, 500),
 ])
 def test_http_status_of_the_codes_the_admin_rest_uses(code, status):

@@ -17,15 +17,29 @@ from storage.testing.waiting import wait_until
 def lookup(broker, topic: str, authoritative: bool = False) -> str:
     """The owner's service URL, through ``broker``'s HTTP lookup (which assigns an unowned bundle, following the
     redirect to the broker placement chooses; ``authoritative`` makes ``broker`` itself take it)."""
-    name = topic.split("://", 1)[1]
+    domain, name = topic.split("://", 1)
     query = "?authoritative=true" if authoritative else ""
-    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/persistent/{name}{query}", timeout=30) as resp:
+    with urllib.request.urlopen(f"{broker.web_url}/lookup/v2/topic/{domain}/{name}{query}", timeout=30) as resp:
         return json.loads(resp.read())["brokerUrl"]
 
 
 def owner_of(brokers, topic: str):
     url = lookup(brokers[0], topic)
     return next(b for b in brokers if b.service_url == url)
+
+
+def take(broker, topic: str, brokers):
+    """Look ``topic`` up on ``broker`` authoritatively, so that broker takes its unowned bundle; the owner."""
+    url = lookup(broker, topic, authoritative=True)
+    return next(b for b in brokers if b.service_url == url)
+
+
+def one_in_each_of_two_bundles(names) -> list[str]:
+    """The first two of ``names`` (topics of one namespace with the default 4 bundles) in different bundles."""
+    bundles = NamespaceBundles.equal(4)
+    first = names[0]
+    second = next(n for n in names if bundles.bundle_of(parse_topic(n)) != bundles.bundle_of(parse_topic(first)))
+    return [first, second]
 
 
 def client(url: str, api=pulsar):

@@ -64,6 +64,8 @@ def test_namespace_limit_is_enforced_for_producers(standalone):
     ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b"{not json", 400, "not valid JSON"),
     ("PUT", "/admin/v2/persistent/public/default/p/partitions", None, b'"three"', 400, "number of partitions"),
     ("PUT", "/admin/v2/persistent/public/default/p0/partitions", 0, None, 405, "at least 1 partition"),
+    ("PUT", "/admin/v2/persistent/public/default/p1/partitions", 10_001, None, 405, "at most 10000"),
+    ("PUT", "/admin/v2/non-persistent/public/default/p1/partitions", 2**62, None, 405, "at most 10000"),
     ("POST", "/admin/v2/namespaces/public/default/deduplication", "yes", None, 400, "bool"),
     ("PUT", "/admin/v2/namespaces/public/listed", [1, 2], None, 400, "must be a JSON object"),
     ("GET", "/admin/v2/no-such-resource", None, None, 404, "no such path GET /admin/v2/no-such-resource"),

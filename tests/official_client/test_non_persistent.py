@@ -243,3 +243,79 @@ def test_partitioned_non_persistent_bad_input(standalone, np_topic):
     assert admin_call(standalone, "PUT", _partitions_path(np_topic), 0)[0] == 405
     assert admin_call(standalone, "DELETE", _partitions_path(np_topic))[0] == 404
     assert admin_call(standalone, "GET", "/admin/v2/non-persistent/public/default/0x0_0xzz")[0] == 412
+
+
+# ---- pulsar-admin's topic commands on non-persistent topics ------------------------------------------------------
+
+
+def _back_with_permits(broker, topic: str, sub: str):
+    def check() -> bool:
+        status, body = admin_call(broker, "GET", _stats_path(topic))
+        consumers = body.get("subscriptions", {}).get(sub, {}).get("consumers", []) if status == 200 else []
+        return bool(consumers) and consumers[0]["availablePermits"] > 0
+    return check
+
+
+def test_subscriptions_unsubscribe_unload_and_delete_through_magnetar_admin(standalone, client, np_topic):
+    def admin(*args):
+        return magnetar_admin(*args, url=standalone.web_url)
+
+    consumer = client.subscribe(np_topic, "s")
+    producer = client.create_producer(np_topic, batching_enabled=False)
+    assert admin("topics", "subscriptions", np_topic).lines() == ["s"]
+    busy = admin("topics", "unsubscribe", np_topic, "-s", "s")
+    assert busy.returncode == 1 and "HTTP 412" in busy.stderr and "consumer" in busy.stderr
+    refused = admin("topics", "delete", np_topic)
+    assert refused.returncode == 1 and "HTTP 405" in refused.stderr
+    producer.send(b"before")
+    assert consumer.receive(10_000).data() == b"before"
+
+    admin("topics", "unload", np_topic).ok()  # the clients look the topic up again: a fresh topic in memory
+    wait_until(_back_with_permits(standalone, np_topic, "s"), 30, "the consumer back on the unloaded topic")
+    producer.send(b"after")
+    assert consumer.receive(10_000).data() == b"after"
+    assert _stats(standalone, np_topic)["msgInCounter"] == 1  # counted by the new topic only
+
+    admin("topics", "delete", np_topic, "-f").ok()
+    status, body = admin_call(standalone, "GET", _stats_path(np_topic))
+    assert status == 404 or body["msgInCounter"] == 0  # gone, or loaded afresh by the clients coming back
+    producer.close()
+    consumer.close()
+    missing = admin("topics", "delete", f"non-persistent://public/default/none-{uuid.uuid4().hex[:8]}")
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+
+
+def test_a_partitioned_non_persistent_topics_subscriptions_and_unload(standalone, client, np_topic):
+    assert admin_call(standalone, "PUT", _partitions_path(np_topic), 2)[0] == 204
+    consumer = client.subscribe(np_topic, "p")
+    assert magnetar_admin("topics", "subscriptions", np_topic, url=standalone.web_url).lines() == ["p"]
+    magnetar_admin("topics", "unload", np_topic, url=standalone.web_url).ok()
+    for i in range(2):  # each partition closed and come back with the consumer on it
+        wait_until(_back_with_permits(standalone, f"{np_topic}-partition-{i}", "p"), 30, f"partition {i} back")
+        assert _stats(standalone, f"{np_topic}-partition-{i}")["msgInCounter"] == 0
+    consumer.close()
+
+
+def test_topic_policies_of_a_non_persistent_topic_apply_to_it_alone(standalone, client, np_topic):
+    def admin(*args):
+        return magnetar_admin(*args, url=standalone.web_url)
+
+    twin = np_topic.replace("non-persistent://", "persistent://")  # same name, the other domain
+    consumer = client.subscribe(np_topic, "s")  # a non-persistent topic exists while it is used
+    admin("topics", "set-max-producers", np_topic, "-p", "1").ok()
+    assert admin("topics", "get-max-producers", np_topic).json() == 1
+    admin("topics", "set-publish-rate", np_topic, "-m", "1000").ok()
+    assert admin("topics", "get-publish-rate", np_topic).json()["publishThrottlingRateInMsg"] == 1000
+    first = client.create_producer(np_topic)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(np_topic)
+    twins = [client.create_producer(twin) for _ in range(2)]  # the persistent topic keeps its own policies
+    assert admin("topics", "get-max-producers", twin).lines() == ["null"]
+    admin("topics", "remove-max-producers", np_topic).ok()
+    second = client.create_producer(np_topic)
+    for p in (first, second, *twins):
+        p.close()
+    consumer.close()
+    missing = admin("topics", "set-max-producers", f"non-persistent://public/default/none-{uuid.uuid4().hex[:8]}",
+                    "-p", "1")
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr

@@ -10,7 +10,7 @@ per package) but both bind their classes to codes through a
 
 HTTP statuses follow what the admin REST has always answered: 412 for an
 invalid name, 404 for a missing topic or subscription, 409 for an incompatible schema, 405 for an operation
-not allowed, 500 for the rest (401/403 for the authentication codes, which
+not allowed, 412 for a busy subscription (Pulsar's answer to deleting one with consumers), 500 for the rest (401/403 for the authentication codes, which
 Pulsar uses and no route raises yet).
 """
 
@@ -40,7 +40,7 @@ SERVER_ERRORS: dict[int, ServerErrorCode] = {row.code: row for row in (
     _row(pb.PersistenceError, retriable=True),
     _row(pb.AuthenticationError, http_status=401),
     _row(pb.AuthorizationError, http_status=403),
-    _row(pb.ConsumerBusy),
+    _row(pb.ConsumerBusy, http_status=412),  # Pulsar: a subscription with consumers is not deleted
     _row(pb.ServiceNotReady, retriable=True),
     _row(pb.ProducerBlockedQuotaExceededError),
     _row(pb.ProducerBlockedQuotaExceededException),
