@@ -368,6 +368,9 @@ async def delete_topic(request):
 async def _loaded(request):
     service, topic = _service(request), _topic(request)
     if not await service.factory.exists(topic.managed_ledger_name):
+        if await service.resources.partition_count(topic):  # 404 still, as Pulsar answers; the reason says why
+            raise NotFoundError(f"topic {topic} does not exist as such: it is a partitioned topic (its stats are "
+                                f"partitioned-stats; its partitions are {topic}-partition-<i>)")
         raise NotFoundError(f"topic {topic} does not exist")
     return await service.get_topic(topic, create=False)
 

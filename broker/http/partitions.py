@@ -19,7 +19,7 @@ partition's internal stats. ``DELETE .../{topic}/partitions`` deletes each parti
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -58,6 +58,20 @@ def in_both_domains(table: web.RouteTableDef, method: str, suffix: str, need: Ne
     return register
 
 
+PARTS_IN_FLIGHT = 32  # partitions (or bundles) acted on at once: each may be a request to another broker
+
+
+async def each_at_once(parts: Iterable[Awaitable[tuple[int, object]]]) -> list[tuple[int, object]]:
+    """Await ``parts`` (a partition's or a bundle's step each), ``PARTS_IN_FLIGHT`` at a time; answers in order."""
+    gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
+
+    async def gated(part):
+        async with gate:
+            return await part
+
+    return list(await asyncio.gather(*map(gated, parts)))
+
+
 async def here_or_at_owner(request, name, here: Callable[[], Awaitable[object]], method: str,
                            action: str) -> tuple[int, object]:
     """``here()`` when this broker serves topic ``name``: (200, its result); when ``here`` finds another broker
@@ -82,7 +96,7 @@ async def each_partition(request, base, local: Local, method: str, action: str) 
             return await local(await service.get_topic(name, create=True))
         return here_or_at_owner(request, name, here, method, action)
 
-    return list(await asyncio.gather(*(on(base.partition(i)) for i in range(count))))
+    return await each_at_once(on(base.partition(i)) for i in range(count))
 
 
 def first_refusal(answers) -> web.Response | None:
@@ -178,7 +192,7 @@ async def delete_partitioned(request):
                 await service.delete_topic(name, force=force)
         return here_or_at_owner(request, name, here, "DELETE", "")
 
-    refused = first_refusal(await asyncio.gather(*(delete(topic.partition(i)) for i in range(count))))
+    refused = first_refusal(await each_at_once(delete(topic.partition(i)) for i in range(count)))
     if refused is not None:
         return refused
     await service.resources.delete_partitioned_topic(topic)

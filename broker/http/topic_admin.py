@@ -19,7 +19,6 @@ from its registration).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import urllib.parse
@@ -29,7 +28,7 @@ from aiohttp import web
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
 from broker.http.forwarding import ask_owner, topic_path
-from broker.http.partitions import first_refusal, in_both_domains, on_topic, url_topic
+from broker.http.partitions import each_at_once, first_refusal, in_both_domains, on_topic, url_topic
 from broker.ownership.bundles import bundle_name
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -176,7 +175,7 @@ async def unload_topic(request, domain: str):
         return await ask_owner(request, owner, "PUT", topic_path(name, "unload"))
 
     names = [base.partition(i) for i in range(count)] if count else [base]
-    return first_refusal(await asyncio.gather(*map(one, names))) or web.Response(status=204)
+    return first_refusal(await each_at_once(map(one, names))) or web.Response(status=204)
 
 
 @routes.post(TOPIC + "/terminate")
@@ -268,7 +267,7 @@ async def _each_bundle(request, local, remote: tuple[str, str]) -> web.Response:
         method, action = remote
         return await ask_owner(request, owner, method, f"/admin/v2/namespaces/{ns}/{bundle_name(bundle)}/{action}")
 
-    return first_refusal(await asyncio.gather(*(one(b) for b in bundles.ranges()))) or web.Response(status=204)
+    return first_refusal(await each_at_once(one(b) for b in bundles.ranges())) or web.Response(status=204)
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/unload")

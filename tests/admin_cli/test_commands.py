@@ -305,3 +305,17 @@ def test_client_conf_from_PULSAR_CLIENT_CONF_and_flags_over_it(admin, standalone
                            env={"PULSAR_CLIENT_CONF": str(conf)}).lines()  # --admin-url wins
     broken = run("tenants", "list", env={"PULSAR_CLIENT_CONF": str(tmp_path / "missing.conf")})
     assert broken.returncode == 1 and "cannot read client configuration" in broken.stderr
+
+
+def test_shell_completion_completes_groups_and_commands():
+    """click's completion, as docs/magnetar-admin.md tells bash, zsh and fish users to load it."""
+    def complete(words: str) -> list[str]:
+        env = {"COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1),
+               "_MAGNETAR_ADMIN_COMPLETE": "bash_complete"}
+        return run(env=env).ok().stdout.splitlines()
+
+    assert complete("magnetar-admin top") == ["plain,topics"]
+    assert complete("magnetar-admin topics partitioned-s") == ["plain,partitioned-stats",
+                                                               "plain,partitioned-stats-internal"]
+    assert "complete -o nosort -F _magnetar_admin_completion magnetar-admin" in run(
+        env={"_MAGNETAR_ADMIN_COMPLETE": "bash_source"}).ok().stdout

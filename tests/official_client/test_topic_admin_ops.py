@@ -209,6 +209,8 @@ def test_partitioned_stats_per_partition_or_not(standalone, client, topic):
     assert len(full["partitions"]) == 2 and full["msgInCounter"] == 1
     brief = call(standalone, "GET", _path(topic) + "/partitioned-stats?perPartition=false")[1]
     assert brief["partitions"] == {} and brief["msgInCounter"] == 1
+    status, answer = call(standalone, "GET", _path(topic) + "/stats")  # the partitioned name itself: 404, saying why
+    assert status == 404 and "it is a partitioned topic" in answer["reason"]
 
 
 def test_namespace_clear_backlog_topics_and_unload(standalone, client):

@@ -319,6 +319,16 @@ def test_admin_rest_refuses_a_role_without_the_permission(broker, admin, namespa
         ("POST", f"/admin/v2/persistent/{namespace}/t1/permissions/anon", ["consume"]),
         ("GET", f"/lookup/v2/topic/persistent/{namespace}/t1", None),
         ("GET", "/admin/v2/broker-stats/load-report", None),
+        ("GET", f"/admin/v2/persistent/{namespace}/t1/partitioned-internalStats", None),
+        ("DELETE", f"/admin/v2/persistent/{namespace}/t1/partitions", None),
+        ("PUT", f"/admin/v2/namespaces/{namespace}/unload", None),
+        ("POST", f"/admin/v2/namespaces/{namespace}/clearBacklog", None),
+        ("GET", f"/admin/v2/non-persistent/{namespace}/np/subscriptions", None),
+        ("DELETE", f"/admin/v2/non-persistent/{namespace}/np/subscription/s", None),
+        ("DELETE", f"/admin/v2/non-persistent/{namespace}/np", None),
+        ("PUT", f"/admin/v2/non-persistent/{namespace}/np/unload", None),
+        ("POST", f"/admin/v2/non-persistent/{namespace}/np/maxProducers", 1),
+        ("POST", f"/admin/v2/non-persistent/{namespace}/np/publishRate", {"publishThrottlingRateInMsg": 1}),
     ]
     for method, path, body in refused:
         status, answer = http(broker, method, path, body)
