@@ -171,7 +171,11 @@ def _topic_row(service, name) -> dict:
         row.update({"msgInCounter": topic.msg_in, "msgOutCounter": topic.msg_out,
                     "msgBacklog": sum(s.backlog for s in topic.subscriptions.values()),
                     "storageSize": topic.ml.total_size, "producers": len(topic.producers),
-                    "subscriptions": len(topic.subscriptions)})
+                    "subscriptions": len(topic.subscriptions),
+                    "consumers": sum(len(s.consumers) for s in topic.subscriptions.values())})
+        # The stats window's rates, as the topic's /stats and /metrics give them (not between two polls).
+        rates = service.topic_stats.add_rates(str(name), {})
+        row.update({k: rates[k] for k in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")})
     return row
 
 
