@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 
 from selenium.webdriver.common.by import By
 
@@ -16,7 +17,9 @@ from tests.console.support import admin, attrs, click_link, confirm, open_consol
 STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
 
 
-def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, screenshots):
+def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, client, screenshots):
+    # Some traffic first (on a topic of its own), so the bookies have journal fsyncs to show and a broker a bundle.
+    client.create_producer("persistent://public/default/cluster-view").send(b"for the cluster page")
     open_console(page, standalone, "#/cluster")
     ids = wait_until(lambda: len(attrs(page, ".bookie[data-bookie-id]", "data-bookie-id")) == 3
                      and attrs(page, ".bookie[data-bookie-id]", "data-bookie-id"), 30, "three bookies on the page")
@@ -33,6 +36,11 @@ def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, s
     # "Healthy" on a quiet machine; a busy shared one may add an amber fsync or disk finding, never a red one.
     assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict")[0] in ("Healthy", "Degraded")
     assert "leader" in texts(page, "tr[data-broker-id]")[0]
+    # The write quorum's bookies show the fsync latency of that add (the page polls until they have one).
+    wait_until(lambda: sum("(last 0)" not in t and "p99 –" not in t for t in texts(page, ".bookie")) >= 2, 30,
+               lambda: f"journal fsync latency on two bookies (page shows {texts(page, '.bookie')})")
+    wait_until(lambda: any(not re.search(r"(?<!\d)0 bundles", t) for t in texts(page, "tr[data-broker-id]")), 60,
+               "a broker with the topic's bundle (its next load report)")
     shot(page, screenshots, "cluster")
 
     # A narrow window: the page reflows instead of scrolling sideways.

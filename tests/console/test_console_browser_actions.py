@@ -49,6 +49,7 @@ def test_the_live_chart_and_every_topic_action(page, standalone, client):
     producer = client.create_producer("persistent://public/default/actions", batching_enabled=False)
     open_console(page, standalone, "#/topic/public/default/actions")
     polled(page)
+    page.execute_script("window.sameDocument = true")  # gone if anything below reloaded the page
 
     # Messages between two polls: the next poll's difference of msgInCounter is a rate above zero, plotted.
     for i in range(20):
@@ -84,29 +85,45 @@ def test_the_live_chart_and_every_topic_action(page, standalone, client):
     assert result_of(page, "Terminate").startswith("Terminate: done (HTTP 200)")
     wait_until(lambda: "terminated" in texts(page, "#ledgers")[0], 30, "the chain to say the topic is terminated")
     assert admin(standalone, "GET", f"{path}/internalStats")["state"] == "Terminated"
+    # Every change above reached the page by polling, in the same document.
+    assert page.execute_script("return window.sameDocument") is True
 
 
-def test_a_bundle_is_unloaded_from_the_namespace_page(page, standalone):
+def test_a_bundle_is_split_then_unloaded_from_the_namespace_page(page, standalone):
     admin(standalone, "PUT", "/admin/v2/namespaces/public/bundles")
     admin(standalone, "PUT", "/admin/v2/persistent/public/bundles/t")  # creating it loads it: its bundle is owned
 
     def owned() -> list[str]:
-        return [b for broker in admin(standalone, "GET", f"{V1}/brokers")["brokers"] for b in broker["bundles"]
-                if b.startswith("public/bundles/")]
+        return sorted(b.rsplit("/", 1)[1] for broker in admin(standalone, "GET", f"{V1}/brokers")["brokers"]
+                      for b in broker["bundles"] if b.startswith("public/bundles/"))
 
-    bundle = wait_until(owned, 30, "the topic's bundle owned")[0].rsplit("/", 1)[1]
+    bundle = wait_until(owned, 30, "the topic's bundle owned")[0]
     open_console(page, standalone, "#/topics?ns=public%2Fbundles")
-    owner = f'tr[data-bundle="{bundle}"] td.owner'
-    wait_until(lambda: texts(page, owner) not in ([], ["not owned"]), 30, "the bundle's owner on the page")
+    wait_until(lambda: texts(page, f'tr[data-bundle="{bundle}"] td.owner') not in ([], ["not owned"]), 30,
+               "the bundle's owner on the page")
     wait_until(lambda: texts(page, '#topics-rows tr[data-topic] .badge') == ["loaded"], 30, "the topic, loaded")
-    click_link(page, f'button[data-bundle="{bundle}"][data-act="unload"]')
+    shown = len(attrs(page, "tr[data-bundle]", "data-bundle"))
+
+    # Split: the owner keeps both halves, and the table has one bundle more.
+    click_link(page, f'button[data-bundle="{bundle}"][data-act="split"]')
+    confirm(page)
+    assert result_of(page, "Split bundle").startswith("Split bundle: done (HTTP 204)")
+    wait_until(lambda: len(attrs(page, "tr[data-bundle]", "data-bundle")) == shown + 1, 30, "the two halves shown")
+    halves = owned()
+    assert len(halves) == 2 and bundle not in halves, halves
+
+    # Unload one half: it is shown as owned by nobody, and no broker reports it.
+    half = halves[0]
+    owner = f'tr[data-bundle="{half}"] td.owner'
+    wait_until(lambda: texts(page, owner) not in ([], ["not owned"]), 30, "the half's owner on the page")
+    click_link(page, f'button[data-bundle="{half}"][data-act="unload"]')
     confirm(page)
     assert result_of(page, "Unload bundle").startswith("Unload bundle: done (HTTP 204)")
-    wait_until(lambda: texts(page, owner) == ["not owned"], 30, "the bundle shown as not owned")
-    assert owned() == []
+    wait_until(lambda: texts(page, owner) == ["not owned"], 30, "the half shown as not owned")
+    assert half not in owned()
 
 
-def test_a_second_fragment_after_a_bookie_turns_read_only_shows_in_the_chain(page, standalone, client):
+def test_a_second_fragment_after_a_bookie_turns_read_only_shows_in_the_chain(page, standalone, client, screenshots):
     producer = client.create_producer("persistent://public/default/fragments", batching_enabled=False)
     producer.send(b"before the ensemble change")
     chain = admin(standalone, "GET", f"{V1}/persistent/public/default/fragments/ledgers")
@@ -132,6 +149,7 @@ def test_a_second_fragment_after_a_bookie_turns_read_only_shows_in_the_chain(pag
         assert all(title == f"zone {zones[bookie]}" for bookie, _, title in chips), chips
         assert len({cls for _, cls, _ in chips}) == len({zones[b] for b, _, _ in chips}), chips
         assert attrs(page, f"{box} .fragment", "data-meets-zone-rule") == ["true", "true"]
+        shot(page, screenshots, "topic-fragments")
     finally:
         set_bookie_read_only(standalone, victim, None)
 
@@ -181,10 +199,13 @@ return low;"""
 FETCHED = """return performance.getEntriesByType("resource").filter((e) => e.initiatorType === "fetch")
   .map((e) => new URL(e.name).pathname);"""
 
+FOREIGN = """return performance.getEntriesByType("resource").map((e) => e.name)
+  .filter((u) => new URL(u).origin !== location.origin);"""
+
 
 def test_every_main_page_reads_documented_endpoints_keeps_contrast_and_fits_a_narrow_window(page, standalone, client):
     producer = client.create_producer("persistent://public/default/pages", batching_enabled=False)
-    for i in range(3):  # an open ledger's entries are readable up to the last add confirmed the bookies know of
+    for i in range(5):  # an open ledger's entries are readable up to the last add confirmed the bookies know of
         producer.send(f"a page of its own, {i}".encode())
     ledger_id = admin(standalone, "GET", "/admin/v2/persistent/public/default/pages/internalStats")["ledgers"][-1]["ledgerId"]
     pages = ["#/cluster", "#/topics?ns=public%2Fdefault", "#/topic/public/default/pages", f"#/ledger/{ledger_id}",
@@ -203,11 +224,17 @@ def test_every_main_page_reads_documented_endpoints_keeps_contrast_and_fits_a_na
                     page.find_element(By.ID, "read-first").click()  # the entry's hex and text are checked too
                     wait_until(lambda: texts(page, "#entry .entry-hex"), 30,
                                lambda: f"the first entry (the page shows {texts(page, '#entry')})")
+                    assert "a page of its own, 0" in texts(page, "#entry .entry-utf8")[0]
+                    page.find_element(By.ID, "read-last").click()
+                    wait_until(lambda: "a page of its own, 0" not in texts(page, "#entry")[0]
+                               and "a page of its own" in texts(page, "#entry")[0], 30, "the last entry")
                 low = page.execute_script(LOW_CONTRAST)
                 assert not low, f"{fragment} at {width} px: text below the contrast minimum: {low}"
                 assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"), \
                     f"{fragment} scrolls sideways at {width} px"
                 fetched |= set(page.execute_script(FETCHED))
+                # No CDN: every file and request of the page comes from the broker that served it.
+                assert page.execute_script(FOREIGN) == [], f"{fragment} loaded from elsewhere"
     finally:
         page.set_window_size(1280, 800)
     undocumented = sorted(p for p in fetched if not any(r.match(urllib.parse.unquote(p)) for r in reads))

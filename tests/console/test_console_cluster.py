@@ -1,4 +1,5 @@
-"""The console's cluster views on a real cluster: ZooKeeper, three bookie processes and a `broker start` process.
+"""The console's cluster views on a real cluster: ZooKeeper, three bookie processes and a `broker start` process
+(which serves the console page too).
 A stopped bookie shows as down (its cookie stays, its registration goes), the auditor's under-replication
 marks are listed and counted in the health, and the metadata browser reads ZooKeeper's own ephemeral flags."""
 
@@ -38,6 +39,9 @@ def test_a_stopped_bookie_is_down_and_marked_ledgers_are_amber(start_bookies, tm
     broker = BrokerProcess(tmp_path / "broker", metadata_url=cluster.metadata_url)
     broker.start(timeout_s=60)
     try:
+        # Every broker serves the console, not only the standalone.
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/console/", timeout=30) as answer:
+            assert answer.status == 200 and b"<title>Magnetar console</title>" in answer.read()
         victim = cluster.bookies[2].bookie_id
         assert not [f for f in get(broker, f"{V1}/health")["findings"] if victim in f["subject"]]
         mark_under_replicated(cluster.metadata_url, 4242, victim)

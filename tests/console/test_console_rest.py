@@ -108,6 +108,25 @@ def test_ledgers_entries_and_bookies_after_producing(standalone, client, topic):
         assert row["journalFsyncLatency"]["p99_ms"] > 0 and 0 < row["diskUsage"] < 1 and row["diskTotalBytes"] > 0
 
 
+def test_brokers_report_their_bundles_load_and_one_leader(standalone, client, topic):
+    client.create_producer(topic).send(b"x")
+    lookup = ok(standalone, "/lookup/v2/topic/persistent/" + topic.removeprefix("persistent://"))
+
+    def reported():
+        doc = ok(standalone, f"{V1}/brokers")
+        owner = next((b for b in doc["brokers"] if b["nativeUrl"] == lookup["brokerUrl"]), None)
+        return doc if owner and owner["numTopics"] >= 1 and any(
+            x.startswith("public/default/") for x in owner["bundles"]) else None
+
+    # Load reports are written periodically: wait for the one that counts the topic's bundle.
+    doc = wait_until(reported, 60, lambda: f"a load report with the topic's bundle ({ok(standalone, V1 + '/brokers')})")
+    owner = next(b for b in doc["brokers"] if b["nativeUrl"] == lookup["brokerUrl"])
+    assert owner["numBundles"] == len(owner["bundles"]) and owner["cpu"]["limit"] > 0 and owner["cpu"]["usage"] >= 0
+    assert {"msgRateIn", "msgRateOut", "numConnections", "httpUrl"} <= set(owner)
+    assert [b["brokerId"] for b in doc["brokers"] if b["leader"]] == [doc["leader"]]
+    assert sum(b["thisBroker"] for b in doc["brokers"]) == 1
+
+
 def test_health_names_a_read_only_bookie(standalone):
     # Not "green" outright: on a busy shared machine a slow fsync or a full disk may be amber too.
     def about_c(health):
