@@ -10,6 +10,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
+import pulsar
 from selenium.webdriver.common.by import By
 
 from storage.testing.waiting import wait_until
@@ -89,6 +90,37 @@ def test_the_live_chart_and_every_topic_action(page, standalone, client):
     assert page.execute_script("return window.sameDocument") is True
 
 
+def test_a_subscriptions_cursor_in_its_row(page, standalone, client):
+    topic = "persistent://public/default/cursors"
+    consumer = client.subscribe(topic, "shared-sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(f"m{i}".encode())
+    received = [consumer.receive(timeout_millis=15_000) for _ in range(5)]
+    consumer.acknowledge(received[1])  # two holes: entries 1 and 3 acknowledged, 0, 2 and 4 not
+    consumer.acknowledge(received[3])
+    internal = "/admin/v2/persistent/public/default/cursors/internalStats"
+    open_console(page, standalone, "#/topic/public/default/cursors")
+
+    def row() -> dict[str, str]:
+        cells = texts(page, 'tr[data-subscription="shared-sub"] td')
+        names = ("name", "type", "backlog", "unacked", "markDelete", "read", "ackedRanges", "consumers")
+        return dict(zip(names, cells)) if cells else {}
+
+    shown = wait_until(lambda: (r := row()).get("ackedRanges") == "2" and r, 30,
+                       lambda: f"two individually acknowledged ranges in the row (it shows {row()})")
+    cursor = admin(standalone, "GET", internal)["cursors"]["shared-sub"]
+    assert (shown["type"], shown["backlog"], shown["unacked"], shown["consumers"]) == ("Shared", "3", "3", "1")
+    assert shown["markDelete"] == cursor["markDeletePosition"] and shown["read"] == cursor["readPosition"]
+    # The first message acknowledged too: the mark-delete moves over entries 0 and 1, one range is left.
+    consumer.acknowledge(received[0])
+    ledger = int(cursor["markDeletePosition"].split(":")[0])
+    moved = wait_until(lambda: (r := row()).get("markDelete") == f"{ledger}:1" and r, 30,
+                       lambda: f"the mark-delete moved to {ledger}:1 (the row shows {row()})")
+    assert (moved["ackedRanges"], moved["backlog"], moved["unacked"]) == ("1", "2", "2")
+    consumer.close()
+
+
 def test_a_bundle_is_split_then_unloaded_from_the_namespace_page(page, standalone):
     admin(standalone, "PUT", "/admin/v2/namespaces/public/bundles")
     admin(standalone, "PUT", "/admin/v2/persistent/public/bundles/t")  # creating it loads it: its bundle is owned
@@ -121,6 +153,41 @@ def test_a_bundle_is_split_then_unloaded_from_the_namespace_page(page, standalon
     assert result_of(page, "Unload bundle").startswith("Unload bundle: done (HTTP 204)")
     wait_until(lambda: texts(page, owner) == ["not owned"], 30, "the half shown as not owned")
     assert half not in owned()
+
+
+def test_the_namespace_backlog_cleared_then_the_namespace_unloaded_from_its_page(page, standalone, client):
+    admin(standalone, "PUT", "/admin/v2/namespaces/public/nsactions")
+    topics = [f"persistent://public/nsactions/t{i}" for i in range(2)]
+    for topic in topics:
+        client.subscribe(topic, "s").close()  # a durable subscription, left behind with a backlog
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+        producer.close()
+
+    def backlogs() -> list[int]:
+        return [admin(standalone, "GET", f"/admin/v2/persistent/{t.removeprefix('persistent://')}/stats")
+                ["subscriptions"]["s"]["msgBacklog"] for t in topics]
+
+    assert backlogs() == [3, 3]
+    open_console(page, standalone, "#/topics?ns=public%2Fnsactions")
+    wait_until(lambda: len(texts(page, "#topics-rows tr")) == 2, 30, "the namespace's two topics")
+    page.find_element(By.ID, "ns-clear-backlog").click()
+    confirm(page)
+    assert result_of(page, "Clear backlog").startswith("Clear backlog: done (HTTP 204)")
+    assert backlogs() == [0, 0]
+
+    def owned() -> list[str]:
+        return [b for broker in admin(standalone, "GET", f"{V1}/brokers")["brokers"] for b in broker["bundles"]
+                if b.startswith("public/nsactions/")]
+
+    wait_until(owned, 30, "the namespace's bundle owned")
+    page.find_element(By.ID, "ns-unload").click()
+    confirm(page)
+    assert result_of(page, "Unload namespace").startswith("Unload namespace: done (HTTP 204)")
+    wait_until(lambda: texts(page, "#topics-rows tr[data-topic] td:nth-child(2)") == ["not loaded here"] * 2, 30,
+               "both topics shown as not loaded")
+    wait_until(lambda: owned() == [], 30, "no broker reporting the namespace's bundle (its next load report)")
 
 
 def test_a_second_fragment_after_a_bookie_turns_read_only_shows_in_the_chain(page, standalone, client, screenshots):
