@@ -190,6 +190,28 @@ def test_the_namespace_backlog_cleared_then_the_namespace_unloaded_from_its_page
     wait_until(lambda: owned() == [], 30, "no broker reporting the namespace's bundle (its next load report)")
 
 
+def test_health_turns_red_with_its_reason_when_too_few_bookies_are_writable(page, standalone, screenshots):
+    open_console(page, standalone, "#/cluster")
+    polled(page)
+    forced = BOOKIES[:2]
+    for bookie in forced:
+        set_bookie_read_only(standalone, bookie, True)
+    try:
+        wait_until(lambda: texts(page, "#health-status") == ["Failing"], 30,
+                   lambda: f"the health verdict Failing (the page shows {texts(page, '#health-body')})")
+        findings = texts(page, "#health-body li")
+        assert any(f.startswith("red bookies: 1 writable bookie, but new ledgers need an ensemble of 2") for f in findings), \
+            findings
+        for bookie in forced:
+            assert any(f.startswith(f"amber bookie {bookie}: read-only") for f in findings), findings
+        assert attrs(page, ".bookie[data-state]", "data-state") == ["readonly", "readonly", "writable"]
+        shot(page, screenshots, "cluster-failing")
+    finally:
+        for bookie in forced:
+            set_bookie_read_only(standalone, bookie, None)
+    wait_until(lambda: texts(page, "#health-status") != ["Failing"], 30, "the red finding to go")
+
+
 def test_a_second_fragment_after_a_bookie_turns_read_only_shows_in_the_chain(page, standalone, client, screenshots):
     producer = client.create_producer("persistent://public/default/fragments", batching_enabled=False)
     producer.send(b"before the ensemble change")
