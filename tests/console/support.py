@@ -44,11 +44,16 @@ def shot(page, screenshots, name: str) -> None:
         page.set_window_size(1280, 800)
 
 
-def admin(standalone, method: str, path: str):
-    request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", method=method)
+def admin(standalone, method: str, path: str, body=None, token: str | None = None):
+    """Call the broker's REST (a JSON ``body``, a bearer ``token`` when given); its JSON answer, or None."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {**({"Content-Type": "application/json"} if data else {}),
+               **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", data=data, method=method,
+                                     headers=headers)
     with urllib.request.urlopen(request, timeout=30) as answer:
-        body = answer.read()
-    return json.loads(body) if body else None
+        raw = answer.read()
+    return json.loads(raw) if raw else None
 
 
 def confirm(page, answer: str = "ok") -> None:

@@ -12,7 +12,7 @@ import re
 from selenium.webdriver.common.by import By
 
 from storage.testing.waiting import wait_until
-from tests.console.support import admin, attrs, click_link, confirm, open_console, shot, texts
+from tests.console.support import admin, attrs, click_link, confirm, open_console, result_of, shot, texts
 
 STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
 
@@ -81,9 +81,8 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     wait_until(lambda: dialog.get_attribute("open") is not None, 10, "the confirmation dialog")
     assert "Unload persistent://public/default/test" in page.find_element(By.ID, "confirm-text").text
     page.find_element(By.ID, "confirm-ok").click()
-    result = wait_until(lambda: [t for t in texts(page, "#toast:not([hidden])") if t.startswith("Unload:")], 30,
-                        "the unload's result")
-    assert result[0].startswith("Unload: done (HTTP 204)"), result
+    result = result_of(page, "Unload")
+    assert result.startswith("Unload: done (HTTP 204)"), result
 
     producer.send(b"hello console, after the unload")  # the client reconnects through lookup, then sends
     chain = wait_until(lambda: len(_ledger_ids(page)) >= 2 and _ledger_ids(page), 30,
@@ -113,7 +112,7 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
                "a backlog of one on the page")
     click_link(page, 'button[data-sub="from-the-console"][data-act="clear"]')
     confirm(page)
-    wait_until(lambda: any(t.startswith("Clear backlog: done") for t in texts(page, "#toast")), 30, "the clear's result")
+    assert result_of(page, "Clear backlog").startswith("Clear backlog: done")
     stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/test/stats")
     assert stats["subscriptions"]["from-the-console"]["msgBacklog"] == 0
 
@@ -156,8 +155,8 @@ def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, sc
     # A refused action says why: no broker owns these bundles (their topics were unloaded), so none can split one.
     click_link(page, 'button[data-act="split"]')
     confirm(page)
-    refused = wait_until(lambda: [t for t in texts(page, "#toast") if t.startswith("Split bundle:")], 30, "the result")
-    assert refused[0].startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused[0], refused
+    refused = result_of(page, "Split bundle")
+    assert refused.startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused, refused
     page.find_element(By.ID, "next").click()
     wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
     assert texts(page, "#topics-rows tr td a")[0] == "t-0050"

@@ -90,17 +90,21 @@ def test_the_live_chart_and_every_topic_action(page, standalone, client):
     assert page.execute_script("return window.sameDocument") is True
 
 
-def test_a_subscriptions_cursor_in_its_row(page, standalone, client):
+def test_a_subscriptions_cursor_in_its_row_and_the_rate_out_in_the_chart(page, standalone, client):
     topic = "persistent://public/default/cursors"
     consumer = client.subscribe(topic, "shared-sub", consumer_type=pulsar.ConsumerType.Shared)
     producer = client.create_producer(topic, batching_enabled=False)
+    open_console(page, standalone, "#/topic/public/default/cursors")
+    polled(page)
     for i in range(5):
         producer.send(f"m{i}".encode())
     received = [consumer.receive(timeout_millis=15_000) for _ in range(5)]
+    # Dispatched between two polls: the chart's line out rises above zero too.
+    zero = baseline(page)
+    wait_until(lambda: any(y < zero for _, y in chart_series(page).get("out", [])), 30, "a rate out above zero")
     consumer.acknowledge(received[1])  # two holes: entries 1 and 3 acknowledged, 0, 2 and 4 not
     consumer.acknowledge(received[3])
     internal = "/admin/v2/persistent/public/default/cursors/internalStats"
-    open_console(page, standalone, "#/topic/public/default/cursors")
 
     def row() -> dict[str, str]:
         cells = texts(page, 'tr[data-subscription="shared-sub"] td')
@@ -119,6 +123,28 @@ def test_a_subscriptions_cursor_in_its_row(page, standalone, client):
                        lambda: f"the mark-delete moved to {ledger}:1 (the row shows {row()})")
     assert (moved["ackedRanges"], moved["backlog"], moved["unacked"]) == ("1", "2", "2")
     consumer.close()
+
+
+def test_tenants_then_namespaces_then_topics(page, standalone):
+    admin(standalone, "PUT", "/admin/v2/tenants/walk", {"adminRoles": [], "allowedClusters": ["standalone"]})
+    for ns in ("ns-a", "ns-b"):
+        admin(standalone, "PUT", f"/admin/v2/namespaces/walk/{ns}")
+    admin(standalone, "PUT", "/admin/v2/persistent/walk/ns-b/t1")
+    open_console(page, standalone, "#/topics")
+    choose(page, "tenant", "walk")  # a tenant opens at its first namespace
+    wait_until(lambda: texts(page, "#topics-count") == ["0 topics; showing 0–0"], 30, "walk/ns-a, empty")
+    choose(page, "namespace", "walk/ns-b")
+    wait_until(lambda: texts(page, "#topics-rows tr td a") == ["t1"], 30, "walk/ns-b's topic")
+    click_link(page, "#topics-rows tr td a", "t1")
+    wait_until(lambda: texts(page, "#page-title") == ["Topic persistent://walk/ns-b/t1"], 30, "the topic's page")
+
+
+def choose(page, select_id: str, value: str) -> None:
+    """Pick an option of a select the page fills in after it loads (waiting for the option first)."""
+    wait_until(lambda: page.execute_script(
+        "const s = document.getElementById(arguments[0]); const o = s && [...s.options].find((o) => o.value === "
+        "arguments[1]); if (!o) return false; s.value = arguments[1]; s.dispatchEvent(new Event('change')); "
+        "return true;", select_id, value), 30, f"option {value} of #{select_id}")
 
 
 def test_a_bundle_is_split_then_unloaded_from_the_namespace_page(page, standalone):
@@ -200,8 +226,8 @@ def test_health_turns_red_with_its_reason_when_too_few_bookies_are_writable(page
         wait_until(lambda: texts(page, "#health-status") == ["Failing"], 30,
                    lambda: f"the health verdict Failing (the page shows {texts(page, '#health-body')})")
         findings = texts(page, "#health-body li")
-        assert any(f.startswith("red bookies: 1 writable bookie, but new ledgers need an ensemble of 2") for f in findings), \
-            findings
+        red = "red bookies: 1 writable bookie, but new ledgers need an ensemble of 2"
+        assert any(f.startswith(red) for f in findings), findings
         for bookie in forced:
             assert any(f.startswith(f"amber bookie {bookie}: read-only") for f in findings), findings
         assert attrs(page, ".bookie[data-state]", "data-state") == ["readonly", "readonly", "writable"]
@@ -257,7 +283,8 @@ def documented_reads() -> list[re.Pattern]:
 # Text below 4.5:1 against what it is drawn on (3:1 for large text), WCAG 2's contrast ratio.
 LOW_CONTRAST = """
 const rgba = (s) => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
-const lum = ([r, g, b]) => [r, g, b].map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
+const lum = ([r, g, b]) => [r, g, b]
+  .map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
   .reduce((s, c, i) => s + c * [0.2126, 0.7152, 0.0722][i], 0);
 const over = (top, under) => top.slice(0, 3).map((c, i) => c * top[3] + under[i] * (1 - top[3]));
 function background(e) {
@@ -281,7 +308,8 @@ for (const e of document.querySelectorAll("body *")) {
   const ratio = (hi + 0.05) / (lo + 0.05);
   const size = parseFloat(style.fontSize);
   const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
-  if (ratio < (large ? 3 : 4.5)) low.push(`${ratio.toFixed(2)}:1 ${e.tagName}.${e.className} "${e.textContent.trim().slice(0, 40)}"`);
+  const text = e.textContent.trim().slice(0, 40);
+  if (ratio < (large ? 3 : 4.5)) low.push(`${ratio.toFixed(2)}:1 ${e.tagName}.${e.className} "${text}"`);
 }
 return low;"""
 
@@ -296,7 +324,8 @@ def test_every_main_page_reads_documented_endpoints_keeps_contrast_and_fits_a_na
     producer = client.create_producer("persistent://public/default/pages", batching_enabled=False)
     for i in range(5):  # an open ledger's entries are readable up to the last add confirmed the bookies know of
         producer.send(f"a page of its own, {i}".encode())
-    ledger_id = admin(standalone, "GET", "/admin/v2/persistent/public/default/pages/internalStats")["ledgers"][-1]["ledgerId"]
+    internal = admin(standalone, "GET", "/admin/v2/persistent/public/default/pages/internalStats")
+    ledger_id = internal["ledgers"][-1]["ledgerId"]
     pages = ["#/cluster", "#/topics?ns=public%2Fdefault", "#/topic/public/default/pages", f"#/ledger/{ledger_id}",
              "#/metadata?path=%2Fmanaged-ledgers%2Fpublic%2Fdefault%2Fpersistent%2Fpages"]
     reads = documented_reads()

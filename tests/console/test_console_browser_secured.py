@@ -5,7 +5,6 @@ superuser, its own tenant's topics (and its actions) as a tenant admin, a refusa
 
 from __future__ import annotations
 
-import json
 import subprocess
 import urllib.error
 import urllib.request
@@ -17,7 +16,7 @@ from selenium.webdriver.common.keys import Keys
 from broker.security.tokens import create_token
 from storage.testing.processes import VENV_BIN, BrokerProcess
 from storage.testing.waiting import wait_until
-from tests.console.support import attrs, confirm, open_console, result_of, texts
+from tests.console.support import admin, attrs, confirm, open_console, result_of, texts
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +34,6 @@ def secured(tmp_path_factory):
     broker.stop()
 
 
-def as_role(broker, token: str, method: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Authorization": f"Bearer {token}", **({"Content-Type": "application/json"} if data else {})}
-    request = urllib.request.Request(f"http://127.0.0.1:{broker.http_port}{path}", data=data, method=method,
-                                     headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        raw = answer.read()
-    return json.loads(raw) if raw else None
-
-
 def type_token(page, token: str) -> None:
     """Type a token into the Token field and submit it (the page keeps it for the tab and refreshes)."""
     field = page.find_element(By.ID, "auth-token")
@@ -55,10 +44,11 @@ def type_token(page, token: str) -> None:
 def test_every_read_and_action_carries_the_typed_token(page, secured):
     broker, key = secured
     root, alice = create_token(key, "root"), create_token(key, "alice")
-    as_role(broker, root, "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["alice"], "allowedClusters": ["standalone"]})
-    as_role(broker, root, "PUT", "/admin/v2/namespaces/acme/ns")
-    as_role(broker, root, "PUT", "/admin/v2/persistent/acme/ns/t")
-    as_role(broker, root, "PUT", "/admin/v2/persistent/public/default/guarded")
+    admin(broker, "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["alice"], "allowedClusters": ["standalone"]},
+          token=root)
+    admin(broker, "PUT", "/admin/v2/namespaces/acme/ns", token=root)
+    admin(broker, "PUT", "/admin/v2/persistent/acme/ns/t", token=root)
+    admin(broker, "PUT", "/admin/v2/persistent/public/default/guarded", token=root)
 
     open_console(page, broker, "#/cluster")
     try:
@@ -85,8 +75,8 @@ def test_every_read_and_action_carries_the_typed_token(page, secured):
         confirm(page)
         refused = result_of(page, "Terminate")
         assert refused.startswith("Terminate: failed (HTTP 403)"), refused
-        assert as_role(broker, root, "GET", "/admin/v2/persistent/public/default/guarded/internalStats")["state"] \
-            != "Terminated"
+        guarded = admin(broker, "GET", "/admin/v2/persistent/public/default/guarded/internalStats", token=root)
+        assert guarded["state"] != "Terminated"
     finally:
         type_token(page, "")  # the tab forgets the token
 
