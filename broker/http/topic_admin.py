@@ -28,6 +28,8 @@ from aiohttp import web
 
 from broker.errors import NotAllowedError
 from broker.http.admin import SERVICE, BadRequest, _bundle_here, _loaded, _ns, _subscription, _topic
+from broker.http.forwarding import forward
+from broker.ownership.bundles import bundle_name
 from broker.ownership.ownership import NAMESPACE_ROOT
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -226,17 +228,36 @@ async def backlog(request):
 # ---- namespaces -----------------------------------------------------------------------
 
 
+async def _on_other_owners(request, ns, action: str) -> web.Response | None:
+    """Ask the owner of each bundle of ``ns`` that another broker owns to do ``action`` to it (``unload``,
+    ``clearBacklog``): this request's method and query on that bundle's route, with the caller's credentials, as
+    Pulsar asks each owner. The first refusal an owner answers, or None when all did it."""
+    service = request.app[SERVICE]
+    for bundle in (await service.ownership.namespace_bundles(ns, fresh=True)).ranges():
+        path = service.ownership.bundle_path(ns, bundle)
+        owner = None if path in service.ownership.owned else await service.ownership.owner_at(path)
+        if owner is None:
+            continue
+        query = f"?{request.query_string}" if request.query_string else ""
+        url = f"{owner.web_url(request.secure)}/admin/v2/namespaces/{ns.tenant}/{ns.namespace}/" \
+              f"{bundle_name(bundle)}/{action}{query}"
+        answer = await forward(request, url, owner.broker_id)
+        if answer.status >= 300:
+            return answer
+    return None
+
+
 @routes.put("/admin/v2/namespaces/{tenant}/{ns}/unload")
 @requires(Need.SUPERUSER)
 async def unload_namespace(request):
-    """Unload every bundle of the namespace this broker owns (Pulsar asks each owner; a client's lookup then
-    places them afresh)."""
+    """Unload every bundle of the namespace: those this broker owns here, the others on their owners (a client's
+    lookup then places them afresh)."""
     service, ns = request.app[SERVICE], _ns(request)
     await service.resources.get_policies(ns)  # 404 for a missing namespace
     prefix = f"{NAMESPACE_ROOT}/{ns.tenant}/{ns.namespace}/"
     for path in [p for p in list(service.ownership.owned) if p.startswith(prefix)]:
         await service.unload_bundle(path)
-    return web.Response(status=204)
+    return await _on_other_owners(request, ns, "unload") or web.Response(status=204)
 
 
 async def _clear(service, topics, subscription: str | None) -> None:
@@ -260,7 +281,7 @@ async def clear_namespace_backlog(request):
     await service.resources.get_policies(ns)
     topics = [t for t in list(service.topics.values()) if t.name.namespace_name == ns and not t.closed]
     await _clear(service, topics, _sub_query(request))
-    return web.Response(status=204)
+    return await _on_other_owners(request, ns, "clearBacklog") or web.Response(status=204)
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{ns}/{bundle}/clearBacklog")

@@ -9,12 +9,19 @@ import concurrent.futures
 import json
 import re
 
+import pytest
 from selenium.webdriver.common.by import By
 
 from storage.testing.waiting import wait_until
 from tests.console.support import admin, attrs, click_link, confirm, open_console, result_of, shot, texts
 
 STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
+
+
+@pytest.fixture(scope="module")
+def standalone(console_standalone):
+    """Every test here runs against a single-process standalone and against one with two workers (conftest)."""
+    return console_standalone
 
 
 def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, client, screenshots):
@@ -35,7 +42,8 @@ def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, c
     assert set(attrs(page, ".bookie", "data-state")) == {"writable"}
     # "Healthy" on a quiet machine; a busy shared one may add an amber fsync or disk finding, never a red one.
     assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict")[0] in ("Healthy", "Degraded")
-    assert "leader" in texts(page, "tr[data-broker-id]")[0]
+    # One leader among the brokers (one per worker).
+    wait_until(lambda: texts(page, "tr[data-broker-id] .badge.green") == ["leader"], 30, "exactly one leader")
     # The write quorum's bookies show the fsync latency of that add (the page polls until they have one).
     wait_until(lambda: sum("(last 0)" not in t and "p99 –" not in t for t in texts(page, ".bookie")) >= 2, 30,
                lambda: f"journal fsync latency on two bookies (page shows {texts(page, '.bookie')})")

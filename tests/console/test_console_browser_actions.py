@@ -11,6 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 import pulsar
+import pytest
 from selenium.webdriver.common.by import By
 
 from storage.testing.waiting import wait_until
@@ -20,6 +21,12 @@ from tests.console.support import (admin, attrs, click_link, confirm, open_conso
 V1 = "/admin/magnetar/v1"
 CONSOLE_DOC = Path(__file__).resolve().parents[2] / "docs" / "console.md"
 BOOKIES = ("standalone-bookie-a", "standalone-bookie-b", "standalone-bookie-c")
+
+
+@pytest.fixture(scope="module")
+def standalone(console_standalone):
+    """Every test here runs against a single-process standalone and against one with two workers (conftest)."""
+    return console_standalone
 
 
 def polled(page, times: int = 1) -> None:
