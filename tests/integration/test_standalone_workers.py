@@ -375,6 +375,13 @@ def test_unload_and_the_namespace_actions_through_the_advertised_port_reach_ever
                     for t in by_owner.values()]
 
         assert backlogs() == [2] * WORKERS
+        # The console's topic list, asked of worker 0, has each topic's numbers from the worker serving it (its
+        # counters since it was loaded again: the message after the unload).
+        rows = {r["name"]: r for r in _json_at(f"{broker.web_url}/admin/magnetar/v1/namespaces/public/default/topics"
+                                               "?filter=console-&limit=500")["topics"]}
+        for topic in by_owner.values():
+            assert rows[topic]["loaded"] and rows[topic]["msgInCounter"] == 1 and rows[topic]["msgBacklog"] == 2, \
+                rows[topic]
         assert _send(f"{admin}/namespaces/public/default/clearBacklog", "POST") == 204
         assert backlogs() == [0] * WORKERS
         assert _send(f"{admin}/namespaces/public/default/unload", "PUT") == 204
