@@ -148,13 +148,21 @@ class TopicFencedError(ServiceNotReadyError):
     """This broker no longer owns the topic; clients must look it up again."""
 
 
-class TopicServedElsewhereError(ServiceNotReadyError):
-    """Another broker owns the topic's bundle: a client looks it up again; an admin request goes there
-    (broker/http/forwarding.py)."""
+class ServedElsewhereError(ServiceNotReadyError):
+    """Another broker owns what was asked about: an admin request is sent on there (broker/http/forwarding.py)."""
 
     def __init__(self, message: str, owner):
         super().__init__(message)
         self.owner = owner
+
+
+class TopicServedElsewhereError(ServedElsewhereError):
+    """Another broker owns the topic's bundle: a client looks it up again; an admin request goes there."""
+
+
+class BundleServedElsewhereError(ServedElsewhereError):
+    """Another broker owns the bundle a browser asked to unload or split: sent on there (a browser cannot follow
+    the 307 other callers get to another origin)."""
 
 
 class InvalidBundleError(BrokerError):

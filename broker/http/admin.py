@@ -4,7 +4,8 @@ Errors are JSON ``{"reason": ...}`` with Pulsar's status codes: 412 for an
 invalid name (or bundle range), 404 for something missing, 409 for a conflict,
 405 for an operation not allowed, 400 for a malformed body, 500 otherwise.
 A bundle operation sent to a broker that does not own the bundle is
-redirected (307) to its owner, as in Pulsar. Each route declares with
+redirected (307) to its owner, as in Pulsar (from a browser, sent on there
+instead: broker/http/forwarding.py). Each route declares with
 ``@requires`` what its caller needs (broker/http/permissions.py enforces it:
 403 with the reason): superuser for tenants and broker-wide state, a tenant
 admin for a tenant's namespaces and topics, lookup permission for a lookup.
@@ -16,7 +17,8 @@ import json
 
 from aiohttp import web
 
-from broker.errors import BrokerError, InvalidBundleError, SubscriptionNotFoundError
+from broker.errors import BrokerError, BundleServedElsewhereError, InvalidBundleError, SubscriptionNotFoundError
+from broker.http.forwarding import from_a_browser
 from broker.http.lookup import answer_lookup
 from broker.http.metrics import render_metrics
 from broker.http.workers_metrics import merged_metrics
@@ -195,6 +197,9 @@ async def _bundle_here(request) -> tuple[str | None, tuple[int, int]]:
     owner = await service.ownership.owner_at(path)
     if owner is None:
         return None, bundle
+    if from_a_browser(request):  # the operator console: sent on to the owner (broker/http/forwarding.py)
+        raise BundleServedElsewhereError(f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}",
+                                         owner)
     raise web.HTTPTemporaryRedirect(
         f"{owner.web_url(request.secure)}{request.path_qs}", content_type="application/json",
         text=json.dumps({"reason": f"bundle {bundle_name(bundle)} of {ns} is owned by broker {owner.broker_id}"}))

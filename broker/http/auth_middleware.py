@@ -9,6 +9,9 @@ Open without credentials, as in Pulsar:
 * ``/health`` — liveness for load balancers and process supervisors; it says "OK" and nothing else. (Pulsar's
   own ``/admin/v2/brokers/health`` runs a produce/consume check and needs a role; ours does too.)
 * ``/metrics`` — unless ``authenticate_metrics_endpoint`` (Pulsar's authenticateMetricsEndpoint, default off).
+* ``/console`` and its static files — the operator console's page holds no data: every request it then makes
+  carries the token typed into it, and is authenticated like any other. (Refused, a browser could never load
+  the page to type one in.)
 
 With authentication off, every request passes with role None.
 """
@@ -23,7 +26,8 @@ from broker.errors import AuthenticationError
 from broker.security.authorization import HTTP_ROLE_KEY as AUTH_ROLE
 
 log = logging.getLogger(__name__)
-ALWAYS_OPEN = frozenset({"/health"})
+ALWAYS_OPEN = frozenset({"/health", "/console"})
+CONSOLE_FILES = "/console/"
 
 
 def _service(request):
@@ -33,7 +37,7 @@ def _service(request):
 
 
 def needs_credentials(path: str, authenticate_metrics: bool) -> bool:
-    if path in ALWAYS_OPEN:
+    if path in ALWAYS_OPEN or path.startswith(CONSOLE_FILES):
         return False
     if path == "/metrics" or path.startswith("/metrics/"):
         return authenticate_metrics

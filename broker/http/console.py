@@ -16,7 +16,9 @@ import aiohttp
 from aiohttp import web
 
 from broker.console import STATIC_DIR, views
+from broker.errors import ServiceNotReadyError
 from broker.http.admin import SERVICE, BadRequest, _loaded, _ns
+from broker.http.forwarding import FORWARDED, forward
 from broker.http.topic_admin import _bookies
 from broker.ownership.resources import NotFoundError
 from broker.security.authorization import Need, requires
@@ -171,7 +173,11 @@ def _topic_row(service, name) -> dict:
         row.update({"msgInCounter": topic.msg_in, "msgOutCounter": topic.msg_out,
                     "msgBacklog": sum(s.backlog for s in topic.subscriptions.values()),
                     "storageSize": topic.ml.total_size, "producers": len(topic.producers),
-                    "subscriptions": len(topic.subscriptions)})
+                    "subscriptions": len(topic.subscriptions),
+                    "consumers": sum(len(s.consumers) for s in topic.subscriptions.values())})
+        # The stats window's rates, as the topic's /stats and /metrics give them (not between two polls).
+        rates = service.topic_stats.add_rates(str(name), {})
+        row.update({k: rates[k] for k in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")})
     return row
 
 
@@ -184,8 +190,38 @@ async def namespace_topics(request):
     names = await service.resources.topics(ns)
     by_name = {str(n): n for n in names}
     shown, total = views.page_of(sorted(by_name), page)
-    return web.json_response({"total": total, "offset": page.offset, "limit": page.limit,
-                              "topics": [_topic_row(service, by_name[n]) for n in shown]})
+    rows = [_topic_row(service, by_name[n]) for n in shown]
+    if FORWARDED not in request.headers:
+        await _rows_from_owners(request, rows, [by_name[n] for n in shown])
+    return web.json_response({"total": total, "offset": page.offset, "limit": page.limit, "topics": rows})
+
+
+async def _rows_from_owners(request, rows: list[dict], names: list) -> None:
+    """Fill in the rows of topics another broker serves from that broker's own answer to this request (one
+    request per owner, sent on with the caller's credentials), so a page shows every loaded topic's numbers
+    whichever broker or worker serves it. An owner that does not answer leaves its rows as they are."""
+    service = request.app[SERVICE]
+    owners, owner_at = {}, {}
+    for row, name in zip(rows, names):
+        if row["loaded"]:
+            continue
+        path = await service.ownership.path_of(name)
+        if path not in owner_at:
+            owner_at[path] = None if path in service.ownership.owned else await service.ownership.owner_at(path)
+        owner = owner_at[path]
+        if owner is not None and owner.broker_id != service.ownership.me.broker_id:
+            owners[owner.broker_id] = owner
+    for owner in owners.values():
+        try:
+            answer = await forward(request, f"{owner.web_url(request.secure)}{request.path_qs}", owner.broker_id)
+        except ServiceNotReadyError:
+            continue
+        if answer.status != 200:
+            continue
+        theirs = {r["name"]: r for r in json.loads(answer.body)["topics"] if r["loaded"]}
+        for i, row in enumerate(rows):
+            if row["name"] in theirs:
+                rows[i] = theirs[row["name"]]
 
 
 async def _zones(service) -> tuple[dict[str, str], int]:

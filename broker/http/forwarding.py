@@ -1,4 +1,5 @@
-"""Admin requests for a topic another broker serves are answered by that broker.
+"""Admin requests for a topic another broker serves are answered by that broker (and, from a browser, those for a
+bundle another broker owns).
 
 Pulsar redirects such a request (307) to the owner. Clients do not all follow: Python's urllib (and so the
 official client suite's own helpers) follows a 307 only for GET and HEAD, and libcurl drops ``Authorization`` on
@@ -21,7 +22,7 @@ import ssl
 import aiohttp
 from aiohttp import web
 
-from broker.errors import ServiceNotReadyError, TopicServedElsewhereError
+from broker.errors import ServedElsewhereError, ServiceNotReadyError
 from broker.ownership.non_persistent_listing import broker_client_headers
 from magnetar.topic_name import encode_local_name
 
@@ -35,13 +36,20 @@ FORWARDED = "X-Magnetar-Forwarded"  # set on a request sent on: the owner answer
 async def to_owner(request, handler):
     try:
         return await handler(request)
-    except TopicServedElsewhereError as exc:
+    except ServedElsewhereError as exc:
         if FORWARDED in request.headers:
             raise  # ownership moved while the request was on its way: 503, the caller retries
         url = f"{exc.owner.web_url(request.secure)}{request.path_qs}"
         if "Authorization" not in request.headers and _has_client_certificate(request):
             raise web.HTTPTemporaryRedirect(url) from None
         return await forward(request, url, exc.owner.broker_id)
+
+
+def from_a_browser(request) -> bool:
+    """Whether a browser's script made the request (only browsers send ``Sec-Fetch-Site``). A browser follows a
+    307 to another broker's port only as a cross-origin request, which it refuses without CORS headers (and it
+    would drop the token): such a request is sent on instead of redirected."""
+    return "Sec-Fetch-Site" in request.headers
 
 
 def _has_client_certificate(request) -> bool:

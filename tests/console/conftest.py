@@ -68,6 +68,21 @@ def page(browser):
         assert not unnamed, f"controls without a label or name: {unnamed}"
 
 
+@pytest.fixture(scope="module", params=["single-process", "two-workers"])
+def console_standalone(request, tmp_path_factory):
+    """The standalone the browser tests drive, both ways it runs: one process (``--single-process``, the harness's
+    default), and a supervisor with two broker workers (what a bare ``broker standalone`` and ``make run`` give
+    on two cores), where the topic or bundle a test acts on may be served by the worker that is not serving the
+    page."""
+    from storage.testing.processes import BrokerProcess
+
+    workers = 2 if request.param == "two-workers" else None
+    broker = BrokerProcess(tmp_path_factory.mktemp(f"console-{request.param}") / "data", workers=workers)
+    broker.start(timeout_s=90)
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory) -> Path:
     """Where the tests save a screenshot of each main page: a session tmp dir, or $MAGNETAR_CONSOLE_SCREENSHOTS

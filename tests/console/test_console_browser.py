@@ -7,57 +7,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import urllib.request
+import re
 
+import pytest
 from selenium.webdriver.common.by import By
 
 from storage.testing.waiting import wait_until
+from tests.console.support import admin, attrs, click_link, confirm, open_console, result_of, shot, texts
 
 STANDALONE_BOOKIES = {"standalone-bookie-a": "zone-a", "standalone-bookie-b": "zone-b", "standalone-bookie-c": "zone-c"}
 
 
-def open_console(page, standalone, fragment: str) -> None:
-    page.get("about:blank")  # a fresh document each time: no state carried over from the previous page
-    page.get(f"http://127.0.0.1:{standalone.http_port}/console/{fragment}")
+@pytest.fixture(scope="module")
+def standalone(console_standalone):
+    """Every test here runs against a single-process standalone and against one with two workers (conftest)."""
+    return console_standalone
 
 
-# Read in one script, so a poll that redraws the page between two WebDriver calls leaves no stale element.
-def texts(page, css: str) -> list[str]:
-    return page.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css)
-
-
-def attrs(page, css: str, name: str) -> list[str]:
-    return page.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]))", css, name)
-
-
-def click_link(page, css: str, text: str | None = None) -> None:
-    """Click a link inside a region the poll redraws (found and clicked in one script)."""
-    wait_until(lambda: page.execute_script(
-        "const a = [...document.querySelectorAll(arguments[0])].find((e) => arguments[1] === null || "
-        "e.innerText === arguments[1]); if (a) a.click(); return !!a;", css, text), 15,
-        lambda: f"{css} {text or ''} on the page (it shows: {texts(page, '#view')[0][-600:]!r})")
-
-
-def shot(page, screenshots, name: str) -> None:
-    """A screenshot of the whole page at 1280 wide (the window grows to the page's height, then goes back)."""
-    for _ in range(2):  # the second look measures at the new width's own layout
-        height = page.execute_script("return document.documentElement.scrollHeight")
-        page.set_window_size(1280, min(max(height + 120, 800), 2400))
-    try:
-        page.save_screenshot(str(screenshots / f"{name}.png"))
-    finally:
-        page.set_window_size(1280, 800)
-
-
-def admin(standalone, method: str, path: str):
-    request = urllib.request.Request(f"http://127.0.0.1:{standalone.http_port}{path}", method=method)
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        body = answer.read()
-    return json.loads(body) if body else None
-
-
-def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, screenshots):
+def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, client, screenshots):
+    # Some traffic first (on a topic of its own), so the bookies have journal fsyncs to show and a broker a bundle.
+    client.create_producer("persistent://public/default/cluster-view").send(b"for the cluster page")
     open_console(page, standalone, "#/cluster")
     ids = wait_until(lambda: len(attrs(page, ".bookie[data-bookie-id]", "data-bookie-id")) == 3
                      and attrs(page, ".bookie[data-bookie-id]", "data-bookie-id"), 30, "three bookies on the page")
@@ -67,10 +36,19 @@ def test_cluster_page_shows_the_three_bookies_in_zones_a_b_c(page, standalone, s
     for zone in ("zone-a", "zone-b", "zone-c"):
         in_zone = attrs(page, f'div.zone[data-zone="{zone}"] .bookie', "data-bookie-id")
         assert in_zone == [f"standalone-bookie-{zone[-1]}"]
+    # ... and within its zone by upgrade domain (the standalone puts each bookie in one of its own).
+    assert [texts(page, f'div.zone[data-zone="zone-{z}"] h4') for z in "abc"] == [
+        [f"upgrade domain ud{i}"] for i in range(3)]
     assert set(attrs(page, ".bookie", "data-state")) == {"writable"}
     # "Healthy" on a quiet machine; a busy shared one may add an amber fsync or disk finding, never a red one.
     assert wait_until(lambda: texts(page, "#health-status"), 30, "the health verdict")[0] in ("Healthy", "Degraded")
-    assert "leader" in texts(page, "tr[data-broker-id]")[0]
+    # One leader among the brokers (one per worker).
+    wait_until(lambda: texts(page, "tr[data-broker-id] .badge.green") == ["leader"], 30, "exactly one leader")
+    # The write quorum's bookies show the fsync latency of that add (the page polls until they have one).
+    wait_until(lambda: sum("(last 0)" not in t and "p99 –" not in t for t in texts(page, ".bookie")) >= 2, 30,
+               lambda: f"journal fsync latency on two bookies (page shows {texts(page, '.bookie')})")
+    wait_until(lambda: any(not re.search(r"(?<!\d)0 bundles", t) for t in texts(page, "tr[data-broker-id]")), 60,
+               "a broker with the topic's bundle (its next load report)")
     shot(page, screenshots, "cluster")
 
     # A narrow window: the page reflows instead of scrolling sideways.
@@ -99,12 +77,10 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     # An action asks first: cancelled, nothing happens; confirmed, it is done and the page shows it.
     page.find_element(By.ID, "new-sub").send_keys("from-the-console")
     page.find_element(By.ID, "action-create-sub").click()
-    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
-    page.find_element(By.ID, "confirm-cancel").click()
+    confirm(page, "cancel")
     assert "from-the-console" not in admin(standalone, "GET", "/admin/v2/persistent/public/default/test/subscriptions")
     page.find_element(By.ID, "action-create-sub").click()
-    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
-    page.find_element(By.ID, "confirm-ok").click()
+    confirm(page)
     wait_until(lambda: attrs(page, "#subs tr[data-subscription]", "data-subscription") == ["from-the-console"], 30,
                "the new subscription in the table")
 
@@ -113,9 +89,8 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     wait_until(lambda: dialog.get_attribute("open") is not None, 10, "the confirmation dialog")
     assert "Unload persistent://public/default/test" in page.find_element(By.ID, "confirm-text").text
     page.find_element(By.ID, "confirm-ok").click()
-    result = wait_until(lambda: [t for t in texts(page, "#toast:not([hidden])") if t.startswith("Unload:")], 30,
-                        "the unload's result")
-    assert result[0].startswith("Unload: done (HTTP 204)"), result
+    result = result_of(page, "Unload")
+    assert result.startswith("Unload: done (HTTP 204)"), result
 
     producer.send(b"hello console, after the unload")  # the client reconnects through lookup, then sends
     chain = wait_until(lambda: len(_ledger_ids(page)) >= 2 and _ledger_ids(page), 30,
@@ -144,9 +119,8 @@ def test_unload_and_produce_show_a_second_ledger_in_the_chain(page, standalone, 
     wait_until(lambda: texts(page, 'tr[data-subscription="from-the-console"] td.num')[:1] == ["1"], 30,
                "a backlog of one on the page")
     click_link(page, 'button[data-sub="from-the-console"][data-act="clear"]')
-    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
-    page.find_element(By.ID, "confirm-ok").click()
-    wait_until(lambda: any(t.startswith("Clear backlog: done") for t in texts(page, "#toast")), 30, "the clear's result")
+    confirm(page)
+    assert result_of(page, "Clear backlog").startswith("Clear backlog: done")
     stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/test/stats")
     assert stats["subscriptions"]["from-the-console"]["msgBacklog"] == 0
 
@@ -188,10 +162,9 @@ def test_a_namespace_of_1000_topics_loads_in_under_a_second(page, standalone, sc
     shot(page, screenshots, "topics")
     # A refused action says why: no broker owns these bundles (their topics were unloaded), so none can split one.
     click_link(page, 'button[data-act="split"]')
-    wait_until(lambda: page.find_element(By.ID, "confirm").get_attribute("open") is not None, 10, "the dialog")
-    page.find_element(By.ID, "confirm-ok").click()
-    refused = wait_until(lambda: [t for t in texts(page, "#toast") if t.startswith("Split bundle:")], 30, "the result")
-    assert refused[0].startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused[0], refused
+    confirm(page)
+    refused = result_of(page, "Split bundle")
+    assert refused.startswith("Split bundle: failed (HTTP 409)") and "not owned by any broker" in refused, refused
     page.find_element(By.ID, "next").click()
     wait_until(lambda: any("showing 51–100" in t for t in texts(page, "#topics-count")), 30, "the second page")
     assert texts(page, "#topics-rows tr td a")[0] == "t-0050"

@@ -1,12 +1,15 @@
-"""The console's cluster views on a real cluster: ZooKeeper, three bookie processes and a `broker start` process.
-A stopped bookie shows as down (its cookie stays, its registration goes), the auditor's under-replication
-marks are listed and counted in the health, and the metadata browser reads ZooKeeper's own ephemeral flags."""
+"""The console's cluster views on a real cluster: ZooKeeper, three bookie processes and a `broker start` process
+(which serves the console page too). A stopped bookie shows as down (its cookie stays, its registration goes),
+the auditor's under-replication marks are listed and counted in the health, and the metadata browser reads
+ZooKeeper's own ephemeral flags and decodes a msgpack node."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import urllib.request
+
+import msgpack
 
 from storage.autorecovery.underreplication import Mark, UnderReplication
 from storage.metadata import open_store
@@ -21,15 +24,20 @@ def get(broker, path: str):
         return json.loads(answer.read())
 
 
-def mark_under_replicated(url: str, ledger_id: int, missing: str) -> None:
+def in_store(url: str, action) -> None:
+    """Run ``action(store)`` on a session of the cluster's metadata store (ZooKeeper) of its own."""
     async def go():
         store = await open_store(url)
         try:
-            await UnderReplication(store).mark(ledger_id, Mark(missing=frozenset({missing})))
+            await action(store)
         finally:
             await store.close()
 
     asyncio.run(go())
+
+
+def mark_under_replicated(url: str, ledger_id: int, missing: str) -> None:
+    in_store(url, lambda store: UnderReplication(store).mark(ledger_id, Mark(missing=frozenset({missing}))))
 
 
 def test_a_stopped_bookie_is_down_and_marked_ledgers_are_amber(start_bookies, tmp_path):
@@ -38,6 +46,9 @@ def test_a_stopped_bookie_is_down_and_marked_ledgers_are_amber(start_bookies, tm
     broker = BrokerProcess(tmp_path / "broker", metadata_url=cluster.metadata_url)
     broker.start(timeout_s=60)
     try:
+        # Every broker serves the console, not only the standalone.
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/console/", timeout=30) as answer:
+            assert answer.status == 200 and b"<title>Magnetar console</title>" in answer.read()
         victim = cluster.bookies[2].bookie_id
         assert not [f for f in get(broker, f"{V1}/health")["findings"] if victim in f["subject"]]
         mark_under_replicated(cluster.metadata_url, 4242, victim)
@@ -58,6 +69,12 @@ def test_a_stopped_bookie_is_down_and_marked_ledgers_are_amber(start_bookies, tm
         live = cluster.bookies[0].bookie_id
         node = get(broker, f"{V1}/metadata?path=/ledgers/available/{live}")
         assert node["ephemeral"] and node["ephemeralOwner"] != "0x0" and node["data"]["value"]["bookie_id"] == live
+        # A node holding msgpack is decoded (and its secrets redacted) as the JSON ones are.
+        packed = msgpack.packb({"ensemble": ["a", "b"], "password": b"s3cret"})
+        in_store(cluster.metadata_url, lambda store: store.create("/console-test/packed", packed, make_parents=True))
+        node = get(broker, f"{V1}/metadata?path=/console-test/packed")
+        assert node["data"]["encoding"] == "msgpack" and not node["ephemeral"] and node["version"] == 0
+        assert node["data"]["value"] == {"ensemble": ["a", "b"], "password": "<redacted>"}
         cookies = get(broker, f"{V1}/metadata?path=/ledgers/cookies")
         assert victim in cookies["children"]
         assert not get(broker, f"{V1}/metadata?path=/ledgers/cookies/{victim}")["ephemeral"]

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from storage.testing.waiting import wait_until
+from tests.console.support import set_bookie_read_only
 
 V1 = "/admin/magnetar/v1"
 
@@ -107,20 +108,32 @@ def test_ledgers_entries_and_bookies_after_producing(standalone, client, topic):
         assert row["journalFsyncLatency"]["p99_ms"] > 0 and 0 < row["diskUsage"] < 1 and row["diskTotalBytes"] > 0
 
 
+def test_brokers_report_their_bundles_load_and_one_leader(standalone, client, topic):
+    client.create_producer(topic).send(b"x")
+    lookup = ok(standalone, "/lookup/v2/topic/persistent/" + topic.removeprefix("persistent://"))
+
+    def reported():
+        doc = ok(standalone, f"{V1}/brokers")
+        owner = next((b for b in doc["brokers"] if b["nativeUrl"] == lookup["brokerUrl"]), None)
+        return doc if owner and owner["numTopics"] >= 1 and any(
+            x.startswith("public/default/") for x in owner["bundles"]) else None
+
+    # Load reports are written periodically: wait for the one that counts the topic's bundle.
+    doc = wait_until(reported, 60, lambda: f"a load report with the topic's bundle ({ok(standalone, V1 + '/brokers')})")
+    owner = next(b for b in doc["brokers"] if b["nativeUrl"] == lookup["brokerUrl"])
+    assert owner["numBundles"] == len(owner["bundles"]) and owner["cpu"]["limit"] > 0 and owner["cpu"]["usage"] >= 0
+    assert {"msgRateIn", "msgRateOut", "numConnections", "httpUrl"} <= set(owner)
+    assert [b["brokerId"] for b in doc["brokers"] if b["leader"]] == [doc["leader"]]
+    assert sum(b["thisBroker"] for b in doc["brokers"]) == 1
+
+
 def test_health_names_a_read_only_bookie(standalone):
     # Not "green" outright: on a busy shared machine a slow fsync or a full disk may be amber too.
     def about_c(health):
         return [f for f in health["findings"] if f["subject"] == "bookie standalone-bookie-c"]
 
     assert about_c(ok(standalone, f"{V1}/health")) == []
-    bookie = next(b for b in ok(standalone, f"{V1}/bookies")["bookies"] if b["bookieId"] == "standalone-bookie-c")
-    switch = f"http://{bookie['httpAddress']}/api/v1/bookie/state/readonly"
-
-    def set_read_only(value):
-        request = urllib.request.Request(switch, data=json.dumps({"readOnly": value}).encode(), method="PUT")
-        urllib.request.urlopen(request, timeout=30).read()
-
-    set_read_only(True)
+    set_bookie_read_only(standalone, "standalone-bookie-c", True)
     try:
         health = wait_until(lambda: (h := ok(standalone, f"{V1}/health")) and about_c(h) and h, 30,
                             "a finding about the read-only bookie")
@@ -130,7 +143,7 @@ def test_health_names_a_read_only_bookie(standalone):
         rows = {b["bookieId"]: b["state"] for b in ok(standalone, f"{V1}/bookies")["bookies"]}
         assert rows["standalone-bookie-c"] == "readonly"
     finally:
-        set_read_only(None)
+        set_bookie_read_only(standalone, "standalone-bookie-c", None)
     wait_until(lambda: about_c(ok(standalone, f"{V1}/health")) == [], 30, "the finding to go away")
 
 
@@ -143,6 +156,27 @@ def test_topic_list_pages_and_filters_without_loading(standalone):
     assert (page["total"], [t["localName"] for t in page["topics"]]) == (7, ["p-3", "p-4", "p-5"])
     assert all(t["loaded"] and t["msgInCounter"] == 0 for t in page["topics"])
     assert ok(standalone, f"{V1}/namespaces/public/paged/topics")["total"] == 8
+
+
+def test_a_topic_rows_rates_come_from_the_stats_window_with_its_consumers(standalone, client, topic):
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(f"m{i}".encode())
+    local = topic.rsplit("/", 1)[1]
+
+    def row():
+        return ok(standalone, f"{V1}/namespaces/public/default/topics?filter={local}")["topics"][0]
+
+    # The window needs two samples (every 5 s by default) that see the counters grow.
+    shown = wait_until(lambda: (r := row())["msgRateIn"] > 0 and r, 30, "the topic's rate in the list")
+    assert (shown["producers"], shown["subscriptions"], shown["consumers"]) == (1, 1, 1)
+    assert shown["msgThroughputIn"] > shown["msgRateIn"] and shown["msgInCounter"] == 20
+    for i in range(20):
+        consumer.acknowledge(consumer.receive(timeout_millis=15_000))
+    wait_until(lambda: row()["msgRateOut"] > 0, 30, "the topic's rate out in the list")
+    consumer.close()
+    assert wait_until(lambda: (r := row())["consumers"] == 0 and r, 30, "the consumer gone")["producers"] == 1
 
 
 def test_metadata_browser_reads_nodes_with_version_ephemeral_flag_and_redaction(standalone, client, topic):

@@ -340,3 +340,66 @@ def test_four_bookies_register_and_serve_produce_and_consume_in_either_mode(work
             reader.close()
     finally:
         client.close()
+
+
+def _send(url: str, method: str, headers: dict | None = None) -> int:
+    """The status of a request with no body (a redirect is answered, not followed)."""
+    request = urllib.request.Request(url, data=b"" if method != "GET" else None, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_unload_and_the_namespace_actions_through_the_advertised_port_reach_every_worker(workers_standalone):
+    """The operator console calls worker 0 for every topic and namespace: a topic's unload, a namespace's clear
+    backlog and unload reach the workers that serve them (each bundle's owner, as Pulsar asks), and a bundle
+    unload a browser sends (Sec-Fetch-Site) is sent on to its owner rather than redirected to another origin."""
+    broker = workers_standalone()
+    client = official_client(broker)
+    admin = f"{broker.web_url}/admin/v2"
+    try:
+        by_owner = topics_on_each_worker(broker, client, "console")
+        for topic in by_owner.values():
+            client.subscribe(topic, "s").close()
+            producer = client.create_producer(topic)
+            first = producer.send(b"before the unload")
+            assert _send(f"{admin}/persistent/{topic.split('://', 1)[1]}/unload", "PUT") == 204
+            # Unloaded where it was served: the owner's managed ledger closed its ledger, the next one is new.
+            assert producer.send(b"after the unload").ledger_id() > first.ledger_id(), topic
+            producer.close()
+
+        def backlogs() -> list[int]:
+            return [_json_at(f"{admin}/persistent/{t.split('://', 1)[1]}/stats")["subscriptions"]["s"]["msgBacklog"]
+                    for t in by_owner.values()]
+
+        assert backlogs() == [2] * WORKERS
+        # The console's topic list, asked of worker 0, has each topic's numbers from the worker serving it (its
+        # counters since it was loaded again: the message after the unload).
+        rows = {r["name"]: r for r in _json_at(f"{broker.web_url}/admin/magnetar/v1/namespaces/public/default/topics"
+                                               "?filter=console-&limit=500")["topics"]}
+        for topic in by_owner.values():
+            assert rows[topic]["loaded"] and rows[topic]["msgInCounter"] == 1 and rows[topic]["msgBacklog"] == 2, \
+                rows[topic]
+        assert _send(f"{admin}/namespaces/public/default/clearBacklog", "POST") == 204
+        assert backlogs() == [0] * WORKERS
+        assert _send(f"{admin}/namespaces/public/default/unload", "PUT") == 204
+        owned = f"{broker.web_url}/admin/magnetar/v1/metadata?path=/namespace/public/default"
+        assert _json_at(owned)["children"] == [], "a bundle of public/default is still owned"
+
+        # A bundle another worker owns: a script is redirected (Pulsar's 307), a browser's request is sent on.
+        topics_on_each_worker(broker, client, "bundle")  # every worker owns a bundle again
+        for bundle in _json_at(owned)["children"]:
+            url = f"{admin}/namespaces/public/default/{bundle}/unload"
+            owner = _json_at(f"{owned}/{bundle}")["data"]["value"]
+            if owner["nativeUrl"] == broker.service_url:
+                continue
+            assert _send(url, "PUT") == 307
+            assert _send(url, "PUT", {"Sec-Fetch-Site": "same-origin"}) == 204
+            assert bundle not in _json_at(owned)["children"]
+            break
+        else:
+            raise AssertionError(f"no bundle of public/default owned by another worker than {broker.service_url}")
+    finally:
+        client.close()

@@ -232,6 +232,14 @@ def test_https_admin_and_lookup_answer_with_the_tls_urls(tls_standalone, tls_fil
     assert isinstance(refused.value.reason, ssl.SSLCertVerificationError)
 
 
+def test_the_console_and_its_rest_over_https(tls_standalone, tls_files):
+    ctx = ssl.create_default_context(cafile=str(tls_files.ca_path))
+    with urllib.request.urlopen(f"{tls_standalone.web_url_tls}/console/", timeout=15, context=ctx) as resp:
+        assert resp.status == 200 and b"<title>Magnetar console</title>" in resp.read()
+    status, doc = _https_json(f"{tls_standalone.web_url_tls}/admin/magnetar/v1/bookies", str(tls_files.ca_path))
+    assert status == 200 and len(doc["bookies"]) == 3
+
+
 def test_binary_lookup_carries_both_urls(tls_standalone, tls_files):
     ctx = ssl.create_default_context(cafile=str(tls_files.ca_path))
     with socket.create_connection(("127.0.0.1", tls_standalone.tls_port), timeout=10) as raw:

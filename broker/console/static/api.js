@@ -64,6 +64,11 @@ export function fmtNum(n, digits = 0) {
   return Number(n).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
 }
 
+// "1 entry", "2 entries": a count with its noun (the plural given when it is not the noun plus "s").
+export function plural(n, one, many = `${one}s`) {
+  return `${fmtNum(n)} ${n === 1 ? one : many}`;
+}
+
 export function fmtBytes(n) {
   if (n === null || n === undefined) return "–";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -1,6 +1,6 @@
 // The cluster page: health with reasons, brokers (bundles, load, leader), bookies by zone and upgrade domain.
 
-import { get, esc, endpoint, errorBox, fmtNum, fmtBytes, replace, zoneClass } from "./api.js";
+import { get, esc, endpoint, errorBox, fmtNum, fmtBytes, plural, replace, zoneClass } from "./api.js";
 
 const HEALTH = "/admin/magnetar/v1/health";
 const BROKERS = "/admin/magnetar/v1/brokers";
@@ -21,7 +21,7 @@ function brokersHtml(doc) {
 <td class="num">${fmtNum(b.numTopics)}</td><td class="num">${fmtNum(b.numConnections)}</td>
 <td class="num">${fmtNum(b.msgRateIn, 1)}</td><td class="num">${fmtNum(b.msgRateOut, 1)}</td>
 <td class="num">${fmtNum(b.cpu ? b.cpu.usage : null, 0)} %</td>
-<td><details data-key="${esc(b.brokerId)}"><summary>${fmtNum(b.numBundles)} bundles</summary><ul class="mono">${(b.bundles || []).map((x) => `<li>${esc(x)}</li>`).join("")}</ul></details></td></tr>`);
+<td><details data-key="${esc(b.brokerId)}"><summary>${plural(b.numBundles, "bundle")}</summary><ul class="mono">${(b.bundles || []).map((x) => `<li>${esc(x)}</li>`).join("")}</ul></details></td></tr>`);
   return `<table><thead><tr><th>Broker</th><th class="hide-narrow">URLs</th><th class="num">Topics</th>
 <th class="num">Connections</th><th class="num">Msg/s in</th><th class="num">Msg/s out</th><th class="num">CPU</th>
 <th>Bundles</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
@@ -44,7 +44,7 @@ ${b.state === "readonly" && b.stateReason ? `<span class="muted">${esc(b.stateRe
 <div class="muted mono">${esc(b.address || "")}</div>
 ${b.state === "down" ? "" : `${meter(b.diskUsage)}<div class="muted">disk ${b.diskUsage == null ? "–" : Math.round(b.diskUsage * 100) + " % used"}${disk}</div>
 <div class="muted">journal fsync p50 ${fmtNum(fsync.p50_ms, 2)} ms, p99 ${fmtNum(fsync.p99_ms, 2)} ms (last ${fmtNum(fsync.count)})
-· ${fmtNum(b.ledgers)} ledgers</div>`}
+· ${plural(b.ledgers, "ledger")}</div>`}
 ${b.infoError ? `<div class="error">${esc(b.infoError)}</div>` : ""}</div>`;
 }
 

@@ -8,14 +8,15 @@ function topicsHtml(doc, ns) {
   const rows = doc.topics.map((t) => `<tr data-topic="${esc(t.name)}">
 <td><a href="#/topic/${ns.split("/").map(seg).join("/")}/${seg(t.localName)}">${esc(t.localName)}</a></td>
 <td>${t.loaded ? '<span class="badge green">loaded</span>' : '<span class="muted">not loaded here</span>'}</td>
-<td class="num">${t.loaded ? fmtNum(t.msgInCounter) : "–"}</td><td class="num">${t.loaded ? fmtNum(t.msgOutCounter) : "–"}</td>
+<td class="num rate-in">${t.loaded ? fmtNum(t.msgRateIn, 1) : "–"}</td><td class="num rate-out">${t.loaded ? fmtNum(t.msgRateOut, 1) : "–"}</td>
 <td class="num">${t.loaded ? fmtNum(t.msgBacklog) : "–"}</td><td class="num hide-narrow">${t.loaded ? fmtBytes(t.storageSize) : "–"}</td>
-<td class="num hide-narrow">${t.loaded ? fmtNum(t.producers) : "–"}</td><td class="num hide-narrow">${t.loaded ? fmtNum(t.subscriptions) : "–"}</td></tr>`);
+<td class="num hide-narrow">${t.loaded ? fmtNum(t.producers) : "–"}</td><td class="num hide-narrow">${t.loaded ? fmtNum(t.subscriptions) : "–"}</td>
+<td class="num hide-narrow">${t.loaded ? fmtNum(t.consumers) : "–"}</td></tr>`);
   const last = Math.min(doc.offset + doc.topics.length, doc.total);
   return `<p id="topics-count">${fmtNum(doc.total)} topics; showing ${doc.total ? doc.offset + 1 : 0}–${last}</p>
-<table><thead><tr><th>Topic</th><th>State</th><th class="num">Msgs in</th><th class="num">Msgs out</th>
+<table><thead><tr><th>Topic</th><th>State</th><th class="num">Msg/s in</th><th class="num">Msg/s out</th>
 <th class="num">Backlog</th><th class="num hide-narrow">Storage</th><th class="num hide-narrow">Producers</th>
-<th class="num hide-narrow">Subscriptions</th></tr></thead><tbody id="topics-rows">${rows.join("")}</tbody></table>`;
+<th class="num hide-narrow">Subscriptions</th><th class="num hide-narrow">Consumers</th></tr></thead><tbody id="topics-rows">${rows.join("")}</tbody></table>`;
 }
 
 function bundlesHtml(bundles, owners, ns) {
@@ -23,7 +24,7 @@ function bundlesHtml(bundles, owners, ns) {
   const rows = [];
   for (let i = 0; i + 1 < b.length; i += 1) {
     const name = `${b[i]}_${b[i + 1]}`;
-    rows.push(`<tr><td class="mono">${esc(name)}</td><td class="mono">${esc(owners.get(`${ns}/${name}`) || "not owned")}</td>
+    rows.push(`<tr data-bundle="${esc(name)}"><td class="mono">${esc(name)}</td><td class="mono owner">${esc(owners.get(`${ns}/${name}`) || "not owned")}</td>
 <td><button type="button" data-bundle="${esc(name)}" data-act="unload">Unload</button>
 <button type="button" data-bundle="${esc(name)}" data-act="split">Split</button></td></tr>`);
   }

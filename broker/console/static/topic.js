@@ -1,7 +1,7 @@
 // One topic: counters and rates (rates from the difference between two polls), a live chart, its
 // subscriptions with their cursors, the actions, and its managed ledger as a chain of ledgers.
 
-import { get, act, esc, seg, endpoint, errorBox, fmtNum, fmtBytes, fmtTime, chip, replace } from "./api.js";
+import { get, act, esc, seg, endpoint, errorBox, fmtNum, fmtBytes, fmtTime, chip, plural, replace } from "./api.js";
 import { lineChart } from "./charts.js";
 
 const WINDOW_MS = 5 * 60 * 1000;
@@ -31,18 +31,30 @@ function subscriptionsHtml(stats, internal) {
 <th>Actions</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
+// One line per fragment: its entry range, its ensemble (bookie ids coloured by zone) and whether every write
+// set of it spans the zones the rule needs.
+function fragmentsHtml(md) {
+  const items = md.fragments.map((f) => {
+    const range = f.lastEntryId < f.firstEntryId ? `${fmtNum(f.firstEntryId)} onwards` : `${fmtNum(f.firstEntryId)}–${fmtNum(f.lastEntryId)}`;
+    const rule = f.meetsZoneRule ? '<span class="ok" title="every write set meets the zone rule">✓</span>'
+      : `<span class="bad" title="a write set spans fewer than ${md.zonesNeededPerWriteSet} zones">✗</span>`;
+    return `<li class="fragment" data-first-entry="${f.firstEntryId}" data-meets-zone-rule="${f.meetsZoneRule}">
+<span class="muted">entries ${range}</span> ${f.ensemble.map((b) => chip(b.bookieId, b.zone)).join("")} ${rule}</li>`;
+  });
+  return `<ul class="fragments">${items.join("")}</ul>`;
+}
+
 function chainHtml(doc) {
   if (!doc.ledgers.length) return '<p class="muted">no ledger yet</p>';
   const boxes = doc.ledgers.map((l) => {
     const md = l.metadata;
-    const last = md && md.fragments.length ? md.fragments[md.fragments.length - 1] : null;
     const rule = !md ? "" : md.meetsZoneRule
       ? '<span class="ok">zone rule met</span>' : '<span class="bad">zone rule NOT met</span>';
     return `<div class="ledger" data-ledger-id="${l.ledgerId}" data-entries="${l.entries}" data-state="${esc(md ? md.state : "deleted")}">
 <div><a class="ledger-link" href="#/ledger/${l.ledgerId}">ledger ${l.ledgerId}</a>
 <span class="badge ${md && md.state === "CLOSED" ? "" : "green"}">${esc(md ? md.state : "no metadata")}</span></div>
-<div class="muted">${fmtNum(l.entries)} entries · ${fmtBytes(l.size)} · ${md ? md.fragments.length : 0} fragment(s)</div>
-<div>${last ? last.ensemble.map((b) => chip(b.bookieId, b.zone)).join("") : ""}</div><div>${rule}</div></div>`;
+<div class="muted">${plural(l.entries, "entry", "entries")} · ${fmtBytes(l.size)} · ${plural(md ? md.fragments.length : 0, "fragment")}</div>
+${md ? fragmentsHtml(md) : ""}<div>${rule}</div></div>`;
   });
   const more = doc.total > doc.ledgers.length ? `<p class="muted">the newest ${doc.ledgers.length} of ${doc.total} ledgers</p>` : "";
   return `${more}<div class="chain" id="chain">${boxes.join('<span class="arrow" aria-hidden="true">→</span>')}</div>
