@@ -79,7 +79,8 @@ class NemesisCluster:
 
     def describe(self) -> str:
         if self.standalone_mode:
-            return "broker standalone (embedded metadata store and 3 bookies, E2/Qw2/Qa2)"
+            return ("broker standalone (embedded metadata store, 3 bookie processes and a broker worker per core, "
+                    "E2/Qw2/Qa2)")
         return (f"ZooKeeper, {self.bookie_count} bookies in {len(ZONES)} zones, {self.broker_count} brokers; "
                 f"E{self.ensemble_size}/Qw{self.write_quorum}/Qa{self.ack_quorum}; session timeouts "
                 f"{self.session_timeout_s:g} s")
@@ -87,7 +88,9 @@ class NemesisCluster:
     def start(self) -> "NemesisCluster":
         try:
             if self.standalone_mode:
-                self.standalone = BrokerProcess(self.root / "standalone" / "data")
+                # The default deployment, as `make run` starts it: supervisor, bookie processes and a worker per
+                # core (a kill -9 of the supervisor takes its children with it: PR_SET_PDEATHSIG).
+                self.standalone = BrokerProcess(self.root / "standalone" / "data", workers="default")
                 self.standalone.start(timeout_s=90)
                 return self
             self.zookeeper = ZooKeeperServer(self.root / "zk").start()
