@@ -2,7 +2,8 @@
 
 ``BrokerService.start(config, store=None)`` opens the metadata store (unless
 given one, as standalone does), the ledger client and the managed-ledger
-factory, makes sure ``public/default`` exists, and listens on the Pulsar port.
+factory, makes sure ``public/default`` exists (only with authorization off: see
+``_ensure_default_namespace``), and listens on the Pulsar port.
 Topics load on first use: a topic's managed ledger opens by fencing the
 previous owner's last ledger, so a broker that loads a topic is its only
 writer. Loads of the same topic are shared, never run twice.
@@ -120,7 +121,7 @@ class BrokerService:
                                        previous_password_secrets=previous_secrets)
         service = cls(config, store, client, factory, owns_store=owns)
         service.authentication = authentication
-        await service.resources.ensure_default_namespace(config.cluster_name)
+        await service._ensure_default_namespace()
         await service._listen()
         await Clusters(store).ensure(config.cluster_name, service.cluster_data())
         service.ownership = Ownership(
@@ -149,6 +150,19 @@ class BrokerService:
         log.info("broker serving the Pulsar protocol on %s (%s)", config.host,
                  ", ".join(filter(None, (service.service_url, service.service_url_tls))))
         return service
+
+    async def _ensure_default_namespace(self) -> None:
+        """Create tenant ``public`` and namespace ``public/default`` at start, as Pulsar standalone does, unless
+        authorization is on. With authorization on, who may use them is the operator's decision: a superuser
+        creates them with its grants (``PUT /admin/v2/tenants/public`` and ``PUT /admin/v2/namespaces/public/default``
+        with ``auth_policies``), as on a secured Pulsar standalone, whose setup scripts (the official Python
+        client's CI among them) expect those PUTs to create them, not to answer 409. Nothing that already exists is
+        touched either way."""
+        if self.config.authorization_enabled:
+            log.info("authorization is on: tenant public and namespace public/default are not created at start "
+                     "(a superuser creates them with their grants)")
+            return
+        await self.resources.ensure_default_namespace(self.config.cluster_name)
 
     async def _listen(self) -> None:
         """Bind the plain and the TLS listener (each when configured); port 0 picks a free port."""

@@ -201,6 +201,11 @@ def test_with_authorization_on_the_page_is_open_and_its_data_needs_the_role(star
     broker = start_standalone(env={"MAGNETAR_BROKER_AUTHORIZATION_ENABLED": "true",
                                    "MAGNETAR_BROKER_ANONYMOUS_USER_ROLE": anonymous_role,
                                    "MAGNETAR_BROKER_SUPER_USER_ROLES": "root"})
+    if allowed:  # with authorization on the broker leaves public/default to a superuser, here the anonymous role
+        tenant = {"adminRoles": [], "allowedClusters": ["standalone"]}
+        assert http(broker, "/admin/v2/tenants/public", "PUT", tenant)[0] == 204
+        assert http(broker, "/admin/v2/namespaces/public/default", "PUT", {})[0] == 204
+    # else nobody here is a superuser and public/default does not exist: a role without grants hears 403, not 404
     assert http(broker, "/console/")[0] == 200 and http(broker, "/console/app.js")[0] == 200
     for path in (f"{V1}/bookies", f"{V1}/health", f"{V1}/brokers", f"{V1}/metadata?path=/",
                  f"{V1}/namespaces/public/default/topics"):

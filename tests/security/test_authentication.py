@@ -383,16 +383,30 @@ def rest(broker, method: str, path: str, authorization: str, body=None) -> tuple
         return err.code, json.loads(err.read() or b"{}")
 
 
+def secured_broker(tmp_path, keys) -> BrokerProcess:
+    """The official Python client's CI settings, in short: token and basic, the anonymous role ``anonymous``,
+    authorization on, superusers ``superUser`` and ``admin``. It starts with no tenant public (authorization is on)."""
+    process = BrokerProcess(tmp_path / "data", env=auth_env(
+        keys, anonymous_user_role="anonymous", authorization_enabled="true", super_user_roles="superUser,admin"))
+    return process.start(timeout_s=60)
+
+
+def create_public_default(broker, authorization: str, grants: dict[str, list[str]]) -> None:
+    """What the official client's CI does as superUser: PUT tenant public, then namespace public/default with
+    ``grants`` as its namespace_auth; both must be created (204), not found existing."""
+    assert rest(broker, "PUT", "/admin/v2/tenants/public", authorization,
+                {"adminRoles": [], "allowedClusters": ["standalone"]})[0] == 204
+    assert rest(broker, "PUT", "/admin/v2/namespaces/public/default", authorization,
+                {"auth_policies": {"namespace_auth": grants}, "replication_clusters": ["standalone"]})[0] == 204
+
+
 def test_a_token_role_is_refused_on_private_auth_until_a_grant_over_rest(tmp_path, keys):
     """The official Python client's own CI setup, in short: superUser administers over REST with a token, the
     anonymous role may use public/default only, and token-principal gets private/auth when granted."""
-    process = BrokerProcess(tmp_path / "data", env=auth_env(
-        keys, anonymous_user_role="anonymous", authorization_enabled="true", super_user_roles="superUser,admin"))
-    process.start(timeout_s=60)
+    process = secured_broker(tmp_path, keys)
     superuser = "Bearer " + token(keys, "superUser")
     try:
-        assert rest(process, "POST", "/admin/v2/namespaces/public/default/permissions/anonymous", superuser,
-                    ["produce", "consume"])[0] == 204
+        create_public_default(process, superuser, {"anonymous": ["produce", "consume"]})
         assert rest(process, "PUT", "/admin/v2/tenants/private", superuser,
                     {"adminRoles": [], "allowedClusters": ["standalone"]})[0] == 204
         assert rest(process, "PUT", "/admin/v2/namespaces/private/auth", superuser, {})[0] == 204
@@ -474,3 +488,54 @@ def test_a_key_pair_from_the_cli_authenticates_on_a_broker_with_the_public_key(t
             raw.close()
     finally:
         process.stop()
+
+
+# ---- public/default: created at start only while authorization is off --------------------------------------------
+
+
+def test_public_default_is_created_at_start_only_with_authorization_off(tmp_path, keys, broker):
+    """Authorization off (the module's broker): public/default exists from the start, as on Pulsar standalone.
+    Authorization on: the broker creates neither tenant public nor public/default; a superuser's PUTs create them
+    (204) with the grants it chooses, and those grants decide who produces there."""
+    anyone = "Bearer " + token(keys, "anyone")
+    assert "public" in http(broker, "/admin/v2/tenants", anyone)[1]
+    assert http(broker, "/admin/v2/namespaces/public", anyone) == (200, ["public/default"])
+
+    secured = secured_broker(tmp_path, keys)
+    superuser = "Bearer " + token(keys, "superUser")
+    topic = topic_name()  # in public/default
+    try:
+        status, tenants = http(secured, "/admin/v2/tenants", superuser)
+        assert status == 200 and "public" not in tenants, tenants
+        assert http(secured, "/admin/v2/namespaces/public/default", superuser)[0] == 404
+        c = client(secured.service_url, timeout_s=5)
+        try:
+            with pytest.raises(pulsar.TopicNotFound):  # its namespace does not exist (as Pulsar answers)
+                c.create_producer(topic)
+        finally:
+            c.close()
+
+        create_public_default(secured, superuser, {"anonymous": ["produce", "consume"], "app": ["produce"]})
+        assert "public" in http(secured, "/admin/v2/tenants", superuser)[1]
+        assert rest(secured, "PUT", "/admin/v2/namespaces/public/default", superuser, {})[0] == 409  # now it exists
+
+        def produces(auth=None) -> bool:
+            c = client(secured.service_url, auth, timeout_s=5)
+            try:
+                c.create_producer(topic).send(b"granted")
+                return True
+            except (pulsar.AuthorizationError, pulsar.TopicNotFound):
+                return False
+            finally:
+                c.close()
+
+        wait_until(produces, 10, "the new namespace and its grant to reach the broker")  # by its metadata watch
+        assert produces(pulsar.AuthenticationToken(token(keys, "app")))
+        c = client(secured.service_url, pulsar.AuthenticationToken(token(keys, "other")), timeout_s=5)
+        try:
+            with pytest.raises(pulsar.AuthorizationError):  # a role the superuser did not grant
+                c.create_producer(topic)
+        finally:
+            c.close()
+    finally:
+        secured.stop()

@@ -428,6 +428,8 @@ def test_with_authorization_off_everyone_manages_tenants_and_permissions(standal
 
 
 def test_without_an_anonymous_role_a_client_without_credentials_is_refused_everything(start_standalone):
+    """No role at all is refused before anything is read: public/default, which this broker did not create
+    (authorization is on) and nobody here could, answers 403 / AuthorizationError, not "does not exist"."""
     broker = start_standalone(env={"MAGNETAR_BROKER_AUTHORIZATION_ENABLED": "true",
                                    "MAGNETAR_BROKER_SUPER_USER_ROLES": "root"})
     c = pulsar.Client(broker.service_url, operation_timeout_seconds=10,

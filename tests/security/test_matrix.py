@@ -114,18 +114,18 @@ def secured(tmp_path_factory, tls_files):
 
 
 def _set_up_like_the_official_ci(broker: Secured) -> None:
-    """The official client's CI, over https as superUser; public's tenant admins stay empty, so anonymous gets
-    public/default from the namespace grant alone."""
+    """The official client's CI, over https as superUser: with authorization on the broker created neither public
+    nor public/default, so the PUTs create them. public's tenant admins stay empty (the CI names anonymous), so
+    anonymous gets public/default from the namespace grant alone."""
     assert broker.superuser("PUT", "/admin/v2/clusters/standalone", {
         "serviceUrl": f"http://127.0.0.1:{broker.process.http_port}", "serviceUrlTls": broker.https,
         "brokerServiceUrl": broker.process.service_url, "brokerServiceUrlTls": broker.url_tls}) in (204, 409)
-    assert broker.superuser("POST", "/admin/v2/tenants/public",
+    assert broker.superuser("PUT", "/admin/v2/tenants/public",
                             {"adminRoles": [], "allowedClusters": ["standalone"]}) == 204
-    assert broker.superuser("POST", "/admin/v2/namespaces/public/default/permissions/anonymous",
-                            ["produce", "consume"]) == 204
-    assert broker.superuser("PUT", "/admin/v2/namespaces/public/default-2", {
-        "auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}},
-        "replication_clusters": ["standalone"]}) == 204
+    for namespace in ("public/default", "public/default-2"):
+        assert broker.superuser("PUT", f"/admin/v2/namespaces/{namespace}", {
+            "auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}},
+            "replication_clusters": ["standalone"]}) == 204
     assert broker.superuser("PUT", "/admin/v2/tenants/private",
                             {"adminRoles": [], "allowedClusters": ["standalone"]}) == 204
     assert broker.superuser("PUT", "/admin/v2/namespaces/private/auth", {"replication_clusters": ["standalone"]}) == 204

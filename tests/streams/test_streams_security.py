@@ -45,8 +45,11 @@ def broker(tmp_path_factory, secret):
         "MAGNETAR_BROKER_SUPER_USER_ROLES": "root",
     })
     process.start(timeout_s=60)
-    yield process
-    process.stop()
+    try:
+        create_tenant_public(process, secret)
+        yield process
+    finally:
+        process.stop()
 
 
 def token(secret, role: str, expires_in_s: float | None = None) -> str:
@@ -58,13 +61,23 @@ def as_role(broker, secret, role: str) -> StreamClient:
                         authentication=magnetar.AuthenticationToken(token(secret, role)))
 
 
-def grant(broker, secret, namespace: str, role: str, actions: list[str]) -> None:
+def as_root(broker, secret, method: str, path: str, body) -> None:
+    """One admin REST call by the superuser ``root``, which must succeed."""
     request = urllib.request.Request(
-        f"{broker.web_url}/admin/v2/namespaces/{namespace}/permissions/{role}", method="POST",
-        data=json.dumps(actions).encode(),
+        f"{broker.web_url}{path}", method=method, data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {token(secret, 'root')}", "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=15) as response:
         assert response.status in (200, 204)
+
+
+def create_tenant_public(broker, secret) -> None:
+    """The tenant of the ``names`` fixture's namespaces. With authorization on the broker does not create it at
+    start: a superuser does, as an operator would."""
+    as_root(broker, secret, "PUT", "/admin/v2/tenants/public", {"adminRoles": [], "allowedClusters": ["standalone"]})
+
+
+def grant(broker, secret, namespace: str, role: str, actions: list[str]) -> None:
+    as_root(broker, secret, "POST", f"/admin/v2/namespaces/{namespace}/permissions/{role}", actions)
 
 
 def test_every_rpc_of_the_service_declares_what_it_needs():
@@ -171,8 +184,11 @@ def tls_broker(tmp_path_factory, tls_files, secret):
         "MAGNETAR_BROKER_SUPER_USER_ROLES": "root",
     })
     process.start(timeout_s=60)
-    yield process
-    process.stop()
+    try:
+        create_tenant_public(process, secret)
+        yield process
+    finally:
+        process.stop()
 
 
 async def test_over_tls_a_verified_client_certificate_names_the_role(tls_broker, tls_files, secret, names):
