@@ -48,6 +48,9 @@ def test_every_read_and_action_carries_the_typed_token(page, secured):
           token=root)
     admin(broker, "PUT", "/admin/v2/namespaces/acme/ns", token=root)
     admin(broker, "PUT", "/admin/v2/persistent/acme/ns/t", token=root)
+    # With authorization on nothing is created at start: the superuser makes public/default, as an operator would.
+    admin(broker, "PUT", "/admin/v2/tenants/public", {"adminRoles": [], "allowedClusters": ["standalone"]}, token=root)
+    admin(broker, "PUT", "/admin/v2/namespaces/public/default", token=root)
     admin(broker, "PUT", "/admin/v2/persistent/public/default/guarded", token=root)
 
     open_console(page, broker, "#/cluster")
