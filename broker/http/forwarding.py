@@ -76,10 +76,10 @@ def topic_path(name, action: str) -> str:
 async def ask_owner(request, owner, method: str, path: str, body: bytes = b"") -> tuple[int, object]:
     """``method path`` on broker ``owner``, for one part of a request this broker has already authorized (a
     partition of a partitioned topic another broker serves, a bundle another broker owns): (its 2xx status, its
-    JSON answer or None for none) or (its status, a reason naming that broker). The caller's ``Authorization`` goes with it; a caller who proved their role otherwise
-    (a TLS client certificate) is vouched for by this broker's own credentials (``brokerClientAuthentication*``),
-    as Pulsar's broker asks with its own admin client. Raises ServiceNotReadyError when the owner cannot be
-    asked."""
+    JSON answer or None for none) or (its status, a reason naming that broker). The caller's ``Authorization``
+    goes with it; a caller who proved their role otherwise (a TLS client certificate) is vouched for by this
+    broker's own credentials (``brokerClientAuthentication*``), as Pulsar's broker asks with its own admin
+    client. Raises ServiceNotReadyError when the owner cannot be asked."""
     headers = _caller_headers(request)
     if "Authorization" not in request.headers:
         headers.update(broker_client_headers(_config(request)))
