@@ -38,15 +38,15 @@ from storage import digest
 from storage.bookie.config import BookieConfig
 from storage.bookie.entrylog import RECORD_OVERHEAD, EntryLocation, EntryLogger
 from storage.bookie.index import LedgerIndex, LedgerDescriptor
-
-# The share of the write cache kept for small entries (see write_cache_has_room): a quarter.
-SMALL_ENTRY_HEADROOM_DIVISOR = 4
 from storage.errors import (
     BookieInternalError,
     DigestMismatchError,
     EntryCorruptedOnDiskError,
     NoSuchEntryError,
 )
+
+# The share of the write cache kept for small entries (see write_cache_has_room): a quarter.
+SMALL_ENTRY_HEADROOM_DIVISOR = 4
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +172,10 @@ class LedgerStorage:
 
         Entries of ``journal_large_record_bytes`` and more stop at three quarters of the cache; small ones only
         when it is full. While a flush runs, an add that finds no room waits for it to end (tens to hundreds of
-        milliseconds of entry-log writes): without the headroom a producer of 5 MiB messages, filling the cache
-        faster than the disk drains it, made every other writer's small adds wait for every flush (the good
-        client's p50 under the hostile bench's 5 MiB attack went from 2 to 23-35 ms). With it, the large writer
-        meets the wait alone, and its pace becomes the disk's; the small adds keep the last quarter."""
+        milliseconds of entry-log writes): without the headroom a writer of large entries that fills the cache
+        faster than the disk drains it made every other writer's small adds wait for those flushes too. With it,
+        the large writer meets the wait alone, and its pace becomes the disk's; small adds keep the last quarter
+        (tests/bookie/test_write_cache_room.py)."""
         limit = self.config.write_cache_max_bytes
         if self.config.is_large_entry(entry_bytes):
             limit -= limit // SMALL_ENTRY_HEADROOM_DIVISOR

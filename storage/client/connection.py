@@ -49,11 +49,12 @@ from storage.errors import (
 log = logging.getLogger(__name__)
 
 _CONNECTING, _CONNECTED, _CLOSED = "connecting", "connected", "closed"
-_GATHER_ABOVE = 256 * 1024  # a flush holding a piece this large hands the pieces to writelines() unjoined
+_GATHER_ABOVE = 256 * 1024  # a flush holding a piece this large sends the pieces unjoined, in slices
 # Large entries go out at most this many bytes per turn of the event loop, and only while the transport has sent
 # what it was given before. One 5 MiB entry handed to the transport at once was one send() of megabytes on the
-# loop's thread (~6 ms of the broker's loop on loopback, twice per message at Qw 2), and every other client's
-# command on that loop waited behind it; in slices, they wait behind one slice.
+# loop's thread, twice per message at Qw 2, and every other client's command on that loop waited behind it; in
+# slices they wait behind one slice (the loop's longest CPU span while sending 5 MiB adds on loopback: 1.4-1.5 ms
+# whole, 0.8 ms in slices; docs/hostile-clients.md).
 _WRITE_SLICE_BYTES = 256 * 1024
 BULK_ADD_BYTES = 256 * 1024  # adds this large go over each bookie's second connection (BookiePool)
 
