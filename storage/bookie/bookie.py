@@ -58,6 +58,7 @@ from storage.bookie.index import LedgerDescriptor
 from storage.bookie.journal import ADD, FENCE, MASTER_KEY, JournalRecord
 from storage.bookie.journal_lanes import JournalLanes, LaneMarks
 from storage.bookie.journal_damage import DamageJudge, policy_only, settle_damage
+from storage.bookie.thread_priority import lower_this_thread
 from storage.bookie.ledger_storage import FlushSnapshot, LedgerStorage, tree_size_bytes
 from storage.bookie.metrics import FAILURE_REASONS, BookieMetrics
 from storage.errors import (
@@ -84,7 +85,10 @@ class Bookie:
         self.registry = registry
         self.metrics = metrics
         self._loop = asyncio.get_running_loop()
-        self._storage_thread = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
+        # Flushes, checkpoints and compaction: a background writer, nicer than the threads that acknowledge adds.
+        self.storage_thread_nice: int | None = None
+        self._storage_thread = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage",
+                                                  initializer=self._lower_storage_thread)
         self._read_pool = ThreadPoolExecutor(4, thread_name_prefix="bookie-read")
         self._storage: LedgerStorage = None  # type: ignore[assignment]  # set by open()
         self._journal: JournalLanes = None  # type: ignore[assignment]
@@ -96,6 +100,9 @@ class Bookie:
         self._fences_in_flight: dict[int, asyncio.Future] = {}  # ledger -> its FENCE record, until durable
         self.replayed_records = 0
         self.journal_damage: str | None = None  # set while damaged journal files are quarantined
+
+    def _lower_storage_thread(self) -> None:
+        self.storage_thread_nice = lower_this_thread(self.config.background_write_nice)
 
     @classmethod
     async def open(

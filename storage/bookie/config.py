@@ -46,6 +46,9 @@ class BookieConfig:
     # The large lane and the entry logs write to the device in steps of this many bytes, each waited for
     # (sync_file_range), so a small add's fdatasync on the same disk waits behind one step at most; 0: one go.
     write_back_step_bytes: int = 256 * 1024
+    # The large lane's writer and the storage thread (flush to entry logs, checkpoints, compaction) run this many
+    # nice steps below the threads that acknowledge small adds (thread_priority.py); 0: all at one priority.
+    background_write_nice: int = 10
     # Journal damage other than a torn tail (journal_damage.py): "auto" starts
     # read-only unless a ledger here may have no other copy, then refuses;
     # "refuse" always refuses to start.
@@ -162,6 +165,8 @@ class BookieConfig:
             )
         if self.write_back_step_bytes < 0:
             raise ValueError(f"write_back_step_bytes must be >= 0 (0: no steps), got {self.write_back_step_bytes}")
+        if not 0 <= self.background_write_nice <= 19:
+            raise ValueError(f"background_write_nice must be in 0..19 (0: no change), got {self.background_write_nice}")
         if self.journal_large_record_bytes < 0:
             raise ValueError(f"journal_large_record_bytes must be >= 0 (0: one lane), got {self.journal_large_record_bytes}")
         if self.journal_buffered_writes_threshold_bytes <= 0:

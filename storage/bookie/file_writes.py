@@ -92,3 +92,52 @@ def _load_sync_file_range() -> Callable[[int], None] | None:
 # Writes a file's dirty pages to the device and waits for them; not a durability point (no metadata, no device
 # cache flush): fsync still is. None where the call does not exist.
 write_back: Callable[[int], None] | None = _load_sync_file_range()
+
+
+# Files are deleted by shrinking them this much at a time, each step synced (remove_in_steps).
+REMOVE_STEP_BYTES = 4 * 1024 * 1024
+# A file being removed in steps is first renamed to end in this, so a crash part-way leaves a name that nothing
+# reads as data (a shortened journal file would read as damage); leftovers are deleted at the next start.
+REMOVING_SUFFIX = ".removing"
+
+
+def remove_in_steps(path, step_bytes: int = REMOVE_STEP_BYTES, sync: Callable[[int], None] = os.fdatasync,
+                    sync_dir: Callable[[object], None] | None = None) -> bool:
+    """Delete ``path`` by renaming it aside, shrinking it ``step_bytes`` at a time (each step synced), then
+    unlinking what is left. Returns False if it did not exist.
+
+    Why: on ext4 a file's freed blocks are released in the journal commit that every other file's fdatasync on
+    the filesystem waits for. Measured here (ext4 with discard on this machine's disk): unlinking a 256 MiB
+    file in one go took 65 ms and held a concurrent 512-byte append's fdatasync for up to 59 ms (p99.9 47 ms
+    against 1.2 ms without removals); shrunk 4 MiB per synced step, that fdatasync's worst was 3.7-4.5 ms
+    (p99.9 2.0 ms) and the removal took about 80 ms. The bookie's large journal lane removes a 512 MiB file
+    at a checkpoint while small adds are being acknowledged on the same disk."""
+    path = os.fspath(path)
+    aside = path + REMOVING_SUFFIX
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    if sync_dir is not None:
+        sync_dir(os.path.dirname(path) or ".")
+    fd = os.open(aside, os.O_WRONLY)
+    try:
+        size = os.fstat(fd).st_size
+        while size > step_bytes:
+            size -= step_bytes
+            os.ftruncate(fd, size)
+            sync(fd)
+    finally:
+        os.close(fd)
+    os.unlink(aside)
+    return True
+
+
+def remove_leftovers(directory) -> list[str]:
+    """Delete files a crash left part-way through ``remove_in_steps`` (their names end in REMOVING_SUFFIX)."""
+    removed = []
+    for name in os.listdir(directory):
+        if name.endswith(REMOVING_SUFFIX):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+    return removed

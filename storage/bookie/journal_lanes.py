@@ -139,7 +139,8 @@ class JournalLanes:
         large_dir = Path(journal_dir) / LARGE_LANE_DIR
         large_dir.mkdir(parents=True, exist_ok=True)
         self.main = Journal(Path(journal_dir), config, **kwargs)
-        self.large = Journal(large_dir, config, write_back_step_bytes=config.write_back_step_bytes, **kwargs)
+        self.large = Journal(large_dir, config, write_back_step_bytes=config.write_back_step_bytes,
+                             thread_nice=config.background_write_nice, **kwargs)
         self._large_record_bytes = config.journal_large_record_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._keys_in_flight: dict[int, asyncio.Future] = {}  # ledger -> its MASTER_KEY record, until durable

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from storage.bookie.file_writes import gather, write_all, write_in_steps
+from storage.bookie.file_writes import REMOVING_SUFFIX, gather, remove_in_steps, remove_leftovers, write_all, write_in_steps
 
 
 class _ShortWrites:
@@ -91,3 +91,47 @@ def test_write_all_finishes_after_short_writes(per_call):
     pieces = [b"a" * 5, b"", b"b" * 3000, b"c" * 10]
     assert write_all(3, pieces, writev) == 3015
     assert bytes(written) == b"".join(pieces)
+
+
+# ---- removing a file in synced steps --------------------------------------------------------------------------
+
+
+def _file(path, size: int):
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def test_remove_in_steps_shrinks_the_file_a_step_at_a_time_each_step_synced_then_deletes_it(tmp_path):
+    path = _file(tmp_path / "journal-1.log", 10 * 1000 + 123)
+    sizes_at_sync = []
+    synced_dirs = []
+
+    def sync(fd):
+        sizes_at_sync.append(os.fstat(fd).st_size)
+
+    assert remove_in_steps(path, 1000, sync=sync, sync_dir=synced_dirs.append) is True
+    assert sizes_at_sync == [10 * 1000 + 123 - 1000 * k for k in range(1, 11)]  # the last piece goes with the unlink
+    assert synced_dirs == [str(tmp_path)]  # the rename aside is made durable before any byte is given up
+    assert os.listdir(tmp_path) == []
+
+
+def test_remove_in_steps_of_a_missing_file_says_so(tmp_path):
+    assert remove_in_steps(tmp_path / "nothing", 1000) is False
+
+
+def test_a_crash_part_way_leaves_only_a_set_aside_name_which_the_next_start_deletes(tmp_path):
+    path = _file(tmp_path / "journal-7.log", 5000)
+    keep = _file(tmp_path / "journal-8.log", 100)
+    calls = []
+
+    def crashing_sync(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(5, "simulated crash mid-removal")
+
+    with pytest.raises(OSError):
+        remove_in_steps(path, 1000, sync=crashing_sync)
+    assert sorted(os.listdir(tmp_path)) == ["journal-7.log" + REMOVING_SUFFIX, "journal-8.log"]
+    assert os.path.getsize(tmp_path / ("journal-7.log" + REMOVING_SUFFIX)) == 3000  # shortened, under another name
+    assert remove_leftovers(tmp_path) == ["journal-7.log" + REMOVING_SUFFIX]
+    assert os.listdir(tmp_path) == ["journal-8.log"] and keep.read_bytes()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.bookie.config import BookieConfig
+from storage.bookie.file_writes import REMOVING_SUFFIX
 from storage.bookie.journal import (
     ADD,
     FENCE,
@@ -310,6 +311,29 @@ async def test_replay_from_mark_and_removal_of_older_files(tmp_path):
     assert removed and all(f < mark.file_id for f in removed)
     assert min(list_journal_files(config.journal_dir)) == mark.file_id
     assert list(Journal(config.journal_dir, config).replay(read_mark(config.journal_dir))) == written[30:]
+
+
+async def test_a_file_left_part_way_through_its_removal_is_neither_replayed_nor_kept(tmp_path):
+    """Removal renames a file aside before shrinking it (file_writes.remove_in_steps): a crash part-way leaves a
+    shortened file that must not read as a damaged journal file, and the next start deletes it."""
+    config = make_config(tmp_path, journal_max_file_size_bytes=1000)
+    journal = await start_journal(config)
+    written = records(40)
+    for record in written:
+        await asyncio.wait_for(journal.append(record), DEADLINE_S)
+    await journal.close()
+    first = min(list_journal_files(config.journal_dir))
+    doomed = config.journal_dir / journal_file_name(first)
+    aside = config.journal_dir / (journal_file_name(first) + REMOVING_SUFFIX)
+    doomed.rename(aside)  # what remove_in_steps does first; then a crash after one shrinking step:
+    os.truncate(aside, aside.stat().st_size // 2)
+    replayed = Journal(config.journal_dir, config)
+    survivors = list(replayed.replay(None))
+    assert survivors and survivors == written[len(written) - len(survivors):]  # the rest, whole
+    assert replayed.damage == []  # a shortened file under its own name would read as damage
+    restarted = await start_journal(config)
+    await restarted.close()
+    assert not aside.exists()
 
 
 async def test_torn_tail_on_disk_then_restart_keeps_later_files(tmp_path):
