@@ -113,6 +113,7 @@ class EntryLogger:
         self._broken = False
         self._readers: dict[int, _Reader] = {}
         self._readers_lock = threading.Lock()
+        file_writes.remove_leftovers(self.dir)  # a deletion a crash interrupted (delete)
         self._roll(max(self.log_ids(), default=0) + 1)
 
     @property
@@ -226,14 +227,21 @@ class EntryLogger:
     def delete(self, log_id: int) -> None:
         if log_id == self._log_id:
             raise ValueError(f"entry log {log_id} is the current log and cannot be deleted")
-        self.path(log_id).unlink(missing_ok=True)
-        with self._readers_lock:
+        with self._readers_lock:  # readers open logs under this lock: none opens this one after the rename
+            aside = file_writes.set_aside(self.path(log_id))
             reader = self._readers.pop(log_id, None)
+            being_read = reader is not None and reader.refs > 0
             if reader is not None:
                 reader.doomed = True
                 if reader.refs == 0:
                     os.close(reader.fd)
         fsync_dir(self.dir)
+        if aside is None:
+            return
+        if being_read:  # a read under way keeps its bytes: unlinked, they last until its descriptor closes
+            os.unlink(aside)
+        else:  # in synced steps, as the journal's files (file_writes.remove_in_steps says why)
+            file_writes.shrink_and_unlink(aside)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -112,15 +112,30 @@ def remove_in_steps(path, step_bytes: int = REMOVE_STEP_BYTES, sync: Callable[[i
     against 1.2 ms without removals); shrunk 4 MiB per synced step, that fdatasync's worst was 3.7-4.5 ms
     (p99.9 2.0 ms) and the removal took about 80 ms. The bookie's large journal lane removes a 512 MiB file
     at a checkpoint while small adds are being acknowledged on the same disk."""
+    aside = set_aside(path, sync_dir)
+    if aside is None:
+        return False
+    shrink_and_unlink(aside, step_bytes, sync)
+    return True
+
+
+def set_aside(path, sync_dir: Callable[[object], None] | None = None) -> str | None:
+    """Rename ``path`` to its REMOVING_SUFFIX name (the directory synced with ``sync_dir``); None if it is gone."""
     path = os.fspath(path)
     aside = path + REMOVING_SUFFIX
     try:
         os.rename(path, aside)
     except FileNotFoundError:
-        return False
+        return None
     if sync_dir is not None:
         sync_dir(os.path.dirname(path) or ".")
-    fd = os.open(aside, os.O_WRONLY)
+    return aside
+
+
+def shrink_and_unlink(path, step_bytes: int = REMOVE_STEP_BYTES, sync: Callable[[int], None] = os.fdatasync) -> None:
+    """Shrink ``path`` ``step_bytes`` at a time, syncing each step, then unlink it. Nothing may read it meanwhile:
+    a read past the new end comes back short."""
+    fd = os.open(path, os.O_WRONLY)
     try:
         size = os.fstat(fd).st_size
         while size > step_bytes:
@@ -129,8 +144,7 @@ def remove_in_steps(path, step_bytes: int = REMOVE_STEP_BYTES, sync: Callable[[i
             sync(fd)
     finally:
         os.close(fd)
-    os.unlink(aside)
-    return True
+    os.unlink(path)
 
 
 def remove_leftovers(directory) -> list[str]:

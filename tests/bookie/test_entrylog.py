@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from storage.bookie import file_writes
+from storage.bookie.file_writes import REMOVING_SUFFIX
 from storage.bookie.entrylog import (
     HEADER_SIZE,
     RECORD_OVERHEAD,
@@ -114,6 +115,38 @@ def test_reader_in_flight_keeps_descriptor_until_released(tmp_path):
     with pytest.raises(OSError):
         os.fstat(reader.fd)  # closed by the last release
     logger.close()
+
+
+def test_a_log_nobody_reads_is_shrunk_in_synced_steps_and_one_being_read_is_unlinked_whole(tmp_path, monkeypatch):
+    shrunk = []
+    real = file_writes.shrink_and_unlink
+    monkeypatch.setattr(file_writes, "shrink_and_unlink", lambda path, *a, **k: (shrunk.append(path), real(path, *a, **k)))
+    logger = EntryLogger(tmp_path, 200)
+    first = logger.append(1, 0, body(1, 0))
+    logger.append(1, 1, body(1, 1))  # rolls to log 2
+    logger.append(1, 2, body(1, 2))  # rolls to log 3
+    logger.flush()
+    assert logger.read(first) == body(1, 0)  # an idle cached reader of log 1
+    logger.delete(1)
+    assert shrunk == [str(tmp_path / entry_log_name(1)) + REMOVING_SUFFIX]
+    reader = logger._acquire(2)  # a read under way on log 2: shrinking would cut it short
+    logger.delete(2)
+    assert len(shrunk) == 1
+    assert sorted(os.listdir(tmp_path)) == [entry_log_name(3)]
+    logger._release(reader)
+    logger.close()
+
+
+def test_a_deletion_a_crash_interrupted_is_finished_at_the_next_start(tmp_path):
+    logger = EntryLogger(tmp_path, 200)
+    logger.append(1, 0, body(1, 0))
+    logger.append(1, 1, body(1, 1))
+    logger.close()
+    (tmp_path / entry_log_name(1)).rename(tmp_path / (entry_log_name(1) + REMOVING_SUFFIX))
+    reopened = EntryLogger(tmp_path, 200)
+    assert not any(name.endswith(REMOVING_SUFFIX) for name in os.listdir(tmp_path))
+    assert 1 not in reopened.log_ids()
+    reopened.close()
 
 
 def test_scanned_entry_fields(tmp_path):
