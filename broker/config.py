@@ -76,6 +76,10 @@ class BrokerConfig:
     max_num_partitions_per_partitioned_topic: int = 0
     broker_max_connections_per_ip: int = 0
     max_message_publish_buffer_size_mb: int = 512  # Pulsar's default is half the JVM's direct memory
+    # Ours: adds of 256 KiB and up go to each bookie at most this fast while small adds are flowing too, so a
+    # producer of very large messages does not stall everyone else's small ones (storage/client/pacing.py).
+    # 0 = never paced.
+    bookkeeper_client_bulk_add_pace_mb_per_s: int = 64
     # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
     # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
     managed_ledger_max_reads_in_flight_size_mb: int = 256
@@ -361,7 +365,7 @@ class BrokerConfig:
             raise ValueError("load_balancer_shedding_condition_hit_count_threshold must be >= 1")
         for name in ("broker_max_connections", "broker_max_connections_per_ip", "max_message_publish_buffer_size_mb",
                      "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic",
-                     "managed_ledger_max_reads_in_flight_size_mb"):
+                     "managed_ledger_max_reads_in_flight_size_mb", "bookkeeper_client_bulk_add_pace_mb_per_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unlimited)")
         for name in ("max_control_commands_per_connection_per_s", "max_wasted_commands_per_connection_per_s",

@@ -94,6 +94,9 @@ class ClientConfig:
     max_pending_add_bytes_per_ledger: int = 256 * 1024 * 1024
     wait_timeout_on_backpressure_s: float = 30.0
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # Large adds (256 KiB and up) go to each bookie at most this fast while small adds are flowing too
+    # (storage/client/pacing.py); 0 = never paced.
+    bulk_add_pace_bytes_per_s: int = 64 * 1024 * 1024
 
     # TLS to the bookies (storage/tls.py): set the trust store to dial every bookie with TLS; a certificate and
     # key for bookies that require client authentication. Pulsar's bookkeeperTLSTrustCertsFilePath,
@@ -130,6 +133,8 @@ class ClientConfig:
             raise ValueError("batch_read_max_entries and batch_read_max_bytes must be >= 1")
         if self.max_entry_bytes < 1:
             raise ValueError("max_entry_bytes must be >= 1")
+        if self.bulk_add_pace_bytes_per_s < 0:
+            raise ValueError("bulk_add_pace_bytes_per_s must be >= 0 (0 = never paced)")
         if self.max_pending_adds_per_ledger < 1 or self.max_pending_add_bytes_per_ledger < 1:
             raise ValueError("max_pending_adds_per_ledger and max_pending_add_bytes_per_ledger must be >= 1")
         if self.wait_timeout_on_backpressure_s < 0:

@@ -39,6 +39,7 @@ from typing import Callable
 from storage import protocol
 from storage.client import faults as fault_ops
 from storage.client.config import ClientConfig
+from storage.client.pacing import BulkPacer
 from storage.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
@@ -63,8 +64,9 @@ class BookieConnection(asyncio.Protocol):
     """One TCP connection to one bookie, with pipelined requests."""
 
     def __init__(self, bookie_id: str, host: str, port: int, config: ClientConfig,
-                 tls: ssl.SSLContext | None = None):
+                 tls: ssl.SSLContext | None = None, pacer: BulkPacer | None = None):
         self.bookie_id = bookie_id
+        self._pacer = pacer  # large adds only: the pause between slices while small adds flow (pacing.py)
         self.host = host
         self.port = port
         self._config = config
@@ -176,7 +178,11 @@ class BookieConnection(asyncio.Protocol):
             room -= len(piece)
         if out and not self._writing_paused:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            gap = self._pacer.gap_s(_WRITE_SLICE_BYTES - room) if self._pacer is not None else 0.0
+            if gap > 0:
+                self._loop.call_later(gap, self._flush)
+            else:
+                self._loop.call_soon(self._flush)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -282,6 +288,7 @@ class BookiePool:
         # likewise spreads requests over several channels per bookie). Nothing relies on order across the two:
         # the bookie takes a ledger's entries in any order and the ledger handle completes adds in order.
         self._bulk: dict[str, BookieConnection] = {}
+        self.pacer = BulkPacer(config.bulk_add_pace_bytes_per_s)  # shared by the large adds' connections
         self.faults = faults
         self._closed = False
 
@@ -295,7 +302,8 @@ class BookiePool:
                 host, port = self._resolve(bookie_id)
             except ValueError as exc:
                 raise BookieUnavailableError(f"no address for bookie {bookie_id}: {exc}") from exc
-            conn = conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config, self._tls)
+            conn = conns[bookie_id] = BookieConnection(bookie_id, host, port, self._config, self._tls,
+                                                       self.pacer if bulk else None)
         return conn
 
     def _send(self, bookie_id: str, op: str, make, timeout_s: float, args: tuple, *, bulk: bool = False) -> asyncio.Future:
@@ -350,10 +358,13 @@ class BookiePool:
 
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *, recovery: bool = False) -> asyncio.Future:
         flags = protocol.FLAG_RECOVERY if recovery else 0
+        bulk = len(body) >= BULK_ADD_BYTES
+        if not bulk:
+            self.pacer.small_add()
         return self._send(
             bookie_id, fault_ops.RECOVERY_ADD if recovery else fault_ops.ADD,
             lambda rid: protocol.AddRequest(rid, ledger_id, entry_id, flags, master_key, body),
-            self._config.add_entry_timeout_s, (ledger_id, entry_id), bulk=len(body) >= BULK_ADD_BYTES,
+            self._config.add_entry_timeout_s, (ledger_id, entry_id), bulk=bulk,
         )
 
     def read(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"") -> asyncio.Future:

@@ -276,3 +276,50 @@ async def test_a_large_add_goes_out_a_slice_per_loop_turn_and_arrives_whole_and_
     assert max(per_turn) <= _WRITE_SLICE_BYTES
     assert sum(per_turn) > sum(map(len, bodies)) and len(per_turn) >= sum(map(len, bodies)) // _WRITE_SLICE_BYTES
     await pool.close()
+
+
+async def test_large_adds_are_paced_while_small_adds_flow_and_go_at_full_speed_alone(server_factory):
+    from storage.client.connection import _WRITE_SLICE_BYTES
+
+    rate = 20 * 1024 * 1024  # 256 KiB slices 12.5 ms apart when paced
+    server = await server_factory(ok_read)
+    pool = pool_for(server, ClientConfig(bulk_add_pace_bytes_per_s=rate))
+    body = b"z" * (2 * 1024 * 1024)
+    slices_after_the_first = (len(body) + 200) // _WRITE_SLICE_BYTES  # the frame's header makes it a bit longer
+
+    await pool.add("b", 1, 0, b"k", body)  # alone: never paced
+    assert pool.pacer.paced_s == 0
+
+    await pool.add("b", 2, 0, b"k", b"s" * 100)  # a small add: large ones are paced for the next second
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert (await pool.add("b", 1, 1, b"k", body)).entry_id == 1
+    took = loop.time() - started
+    expected = slices_after_the_first * _WRITE_SLICE_BYTES / rate
+    assert pool.pacer.paced_s == pytest.approx(expected, rel=0.01)
+    assert took >= expected * 0.95  # the waits are timers: the add cannot finish sooner
+    assert [r.body for r in server.requests if isinstance(r, protocol.AddRequest) and r.ledger_id == 1] == [body, body]
+    await pool.close()
+
+
+def test_the_pacer_binds_only_while_small_adds_were_sent_within_its_window():
+    from storage.client.pacing import SMALL_ADDS_ACTIVE_S, BulkPacer
+
+    now = [100.0]
+    pacer = BulkPacer(1024 * 1024, clock=lambda: now[0])
+    assert pacer.gap_s(256 * 1024) == 0  # nobody small yet
+    pacer.small_add()
+    now[0] += SMALL_ADDS_ACTIVE_S / 2
+    assert pacer.gap_s(256 * 1024) == pytest.approx(0.25)
+    assert pacer.gap_s(0) == 0
+    now[0] += SMALL_ADDS_ACTIVE_S
+    assert pacer.gap_s(256 * 1024) == 0  # the small adds stopped a window ago
+    assert pacer.paced_s == pytest.approx(0.25)
+    off = BulkPacer(0, clock=lambda: now[0])
+    off.small_add()
+    assert off.gap_s(256 * 1024) == 0
+
+
+def test_the_pace_must_not_be_negative():
+    with pytest.raises(ValueError, match="bulk_add_pace_bytes_per_s"):
+        ClientConfig(bulk_add_pace_bytes_per_s=-1).validate()
