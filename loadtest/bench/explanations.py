@@ -110,9 +110,11 @@ HOSTILE_DEFENCES = [
     "- **The 5 MiB producer writes to a sibling topic.** A topic is one ordered log: on the good client's own topic "
     "each small message completes after the 5 MiB one before it, in Pulsar as here, which would measure the topic's "
     "order, not harm to another client. Large adds travel on their own connection to each bookie, and small journal "
-    "records are not held behind a large one in the same group commit. It is still the hardest attack: Pulsar has no "
-    "default against it either (`brokerPublisherThrottlingMaxByteRate` and the `publish-rate` policy are off by "
-    "default; both exist here and bound it when set).",
+    "records are not held behind a large one in the same group commit. While small adds are flowing, large ones go to "
+    "each bookie at most 64 MiB/s, slice by slice (`bookkeeper_client_bulk_add_pace_mb_per_s`), so their bursts leave "
+    "room for the small ones; alone they are not paced. It is still the hardest attack: Pulsar has no default against "
+    "it (`brokerPublisherThrottlingMaxByteRate` and the `publish-rate` policy are off by default; both exist here and "
+    "bound it when set).",
     "",
     "The reference p99 is a few milliseconds on a quiet machine, so a small absolute delay is a large ratio: read the "
     "good client's absolute p99 beside each ratio. Earlier runs, what was profiled and what changed between them: "
