@@ -287,11 +287,14 @@ class BrokerConfig:
             mark_delete_rate_per_s=self.managed_ledger_default_mark_delete_rate_limit,
         ).validate()
 
-    def bookie_client_tls(self) -> dict:
-        """The ledger client's TLS fields (storage.client.config.ClientConfig) from the bookkeeperTLS* settings."""
+    def ledger_client_fields(self) -> dict:
+        """The broker's ledger client settings (storage.client.config.ClientConfig fields): the entry size bound,
+        the large adds' pace, and TLS from the bookkeeperTLS* settings."""
+        fields = {"max_entry_bytes": self.max_frame_bytes,
+                  "bulk_add_pace_bytes_per_s": self.bookkeeper_client_bulk_add_pace_mb_per_s * 1024 * 1024}
         if not self.bookkeeper_tls_trust_certs_file_path:
-            return {}
-        fields = {"tls_trust_certs_file_path": self.bookkeeper_tls_trust_certs_file_path}
+            return fields
+        fields["tls_trust_certs_file_path"] = self.bookkeeper_tls_trust_certs_file_path
         if self.bookkeeper_tls_client_authentication:
             fields.update(tls_certificate_file_path=self.bookkeeper_tls_certificate_file_path,
                           tls_key_file_path=self.bookkeeper_tls_key_file_path)

@@ -115,10 +115,7 @@ class BrokerService:
         if store is None:
             store = await open_store(config.metadata_store_url, session_timeout_s=config.metadata_session_timeout_s)
         password_secret, previous_secrets = await _password_secrets(config, store)
-        client = await LedgerClient.open(store, ClientConfig(
-            max_entry_bytes=config.max_frame_bytes,
-            bulk_add_pace_bytes_per_s=config.bookkeeper_client_bulk_add_pace_mb_per_s * 1024 * 1024,
-            **config.bookie_client_tls()))
+        client = await LedgerClient.open(store, ClientConfig(**config.ledger_client_fields()))
         factory = ManagedLedgerFactory(store, client, password_secret=password_secret,
                                        previous_password_secrets=previous_secrets)
         service = cls(config, store, client, factory, owns_store=owns)

@@ -38,3 +38,18 @@ def test_bad_values_are_refused_by_name(overrides, message):
 def test_metadata_store_is_required():
     with pytest.raises(ValueError, match="metadata_store_url"):
         load_config(overrides={}, environ={})
+
+
+def test_the_ledger_client_gets_the_entry_bound_and_the_large_adds_pace_from_the_broker_config():
+    from storage.client.config import ClientConfig
+
+    env = {"MAGNETAR_BROKER_BOOKKEEPER_CLIENT_BULK_ADD_PACE_MB_PER_S": "16"}
+    cfg = load_config(overrides={"metadata_store_url": "memory://x"}, environ=env)
+    client = ClientConfig(**cfg.ledger_client_fields()).validate()
+    assert client.bulk_add_pace_bytes_per_s == 16 * 1024 * 1024
+    assert client.max_entry_bytes == cfg.max_frame_bytes
+    assert ClientConfig(**load_config(overrides={"metadata_store_url": "memory://x"}, environ={})
+                        .ledger_client_fields()).bulk_add_pace_bytes_per_s == 64 * 1024 * 1024
+    with pytest.raises(ValueError, match="bookkeeper_client_bulk_add_pace_mb_per_s"):
+        load_config(overrides={"metadata_store_url": "memory://x"},
+                    environ={"MAGNETAR_BROKER_BOOKKEEPER_CLIENT_BULK_ADD_PACE_MB_PER_S": "-1"})
