@@ -80,6 +80,10 @@ class BrokerConfig:
     # producer of very large messages does not stall everyone else's small ones (storage/client/pacing.py).
     # 0 = never paced.
     bookkeeper_client_bulk_add_pace_mb_per_s: int = 64
+    # Set by the supervisor of several workers (broker/workers.py) on each of them: the file through which they
+    # tell one another when they last sent a small add, so each paces its large adds for all of them (they share
+    # the bookies and the cores). Not a Pulsar key; None for a broker on its own.
+    small_add_beacon_path: str | None = None
     # Bytes dispatchers have read from storage and not yet handed to consumers' connections, broker-wide
     # (broker/subscriptions/reads_in_flight.py). Pulsar's default is 0 (off); ours bounds it.
     managed_ledger_max_reads_in_flight_size_mb: int = 256
@@ -291,7 +295,8 @@ class BrokerConfig:
         """The broker's ledger client settings (storage.client.config.ClientConfig fields): the entry size bound,
         the large adds' pace, and TLS from the bookkeeperTLS* settings."""
         fields = {"max_entry_bytes": self.max_frame_bytes,
-                  "bulk_add_pace_bytes_per_s": self.bookkeeper_client_bulk_add_pace_mb_per_s * 1024 * 1024}
+                  "bulk_add_pace_bytes_per_s": self.bookkeeper_client_bulk_add_pace_mb_per_s * 1024 * 1024,
+                  "small_add_beacon_path": self.small_add_beacon_path}
         if not self.bookkeeper_tls_trust_certs_file_path:
             return fields
         fields["tls_trust_certs_file_path"] = self.bookkeeper_tls_trust_certs_file_path

@@ -64,6 +64,9 @@ MAX_WORKERS = 64
 FIRST_RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 STABLE_RUN_S = 60.0  # a child that ran this long before dying is restarted at once, as after a first failure
+SMALL_ADD_BEACON = "small-adds.beacon"  # in the data directory: the workers' shared SmallAddBeacon
+
+
 def missing_bookie_dirs(data_dir: Path, count: int) -> list[str]:
     """Bookie data directories of an earlier run with more bookies than ``count``: their ledgers' replicas there
     are out of reach this run."""
@@ -91,10 +94,11 @@ def workers_for(config: BrokerConfig, cores: int) -> tuple[int, str | None]:
 
 
 def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port: Callable[[], int],
-                 avoid: Iterable[int] = ()) -> list[BrokerConfig]:
+                 avoid: Iterable[int] = (), small_add_beacon_path: str | None = None) -> list[BrokerConfig]:
     """The config of each of ``count`` workers: worker 0 keeps the configured listeners, the others get ports from
     ``pick_port`` for each listener that is on, and no Stream API. Every port of the plan is distinct, and none is
-    in ``avoid`` (the bookies'): a pick that repeats one is discarded. Raises ValueError for a plan that cannot
+    in ``avoid`` (the bookies'): a pick that repeats one is discarded. Several workers share
+    ``small_add_beacon_path``, if given (storage/client/pacing.py). Raises ValueError for a plan that cannot
     work."""
     if not 1 <= count <= MAX_WORKERS:
         raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {count}")
@@ -116,6 +120,8 @@ def plan_workers(config: BrokerConfig, count: int, metadata_url: str, pick_port:
     if count > 1:  # the advertised /metrics is worker 0's: it merges the others' (broker/http/workers_metrics.py)
         plans[0] = dataclasses.replace(plans[0], metrics_worker_urls=tuple(
             url for p in plans[1:] if (url := p.web_service_url or p.web_service_url_tls)))
+    if count > 1 and small_add_beacon_path:
+        plans = [dataclasses.replace(p, small_add_beacon_path=small_add_beacon_path) for p in plans]
     return plans
 
 
@@ -188,7 +194,8 @@ class Supervisor:
         try:
             url = self.config.metadata_store_url if self.data_dir is None else await self._serve_metadata()
             bookie_ports = [] if self.data_dir is None else [self.bookie_port + i for i in range(self.bookie_count)]
-            plans = plan_workers(self.config, self.workers, url, held, avoid=bookie_ports)
+            beacon = None if self.data_dir is None else str(self.data_dir / SMALL_ADD_BEACON)
+            plans = plan_workers(self.config, self.workers, url, held, avoid=bookie_ports, small_add_beacon_path=beacon)
             if self.data_dir is not None:
                 check_bookie_count(self.bookie_count, self.config)
                 worker_ports = [p for c in plans for p in (c.port, c.http_port, c.tls_port, c.https_port, c.stream_port)]

@@ -97,6 +97,9 @@ class ClientConfig:
     # Large adds (256 KiB and up) go to each bookie at most this fast while small adds are flowing too
     # (storage/client/pacing.py); 0 = never paced.
     bulk_add_pace_bytes_per_s: int = 64 * 1024 * 1024
+    # A file whose one shared timestamp tells the processes that name it when any of them last sent a small add
+    # (pacing.SmallAddBeacon), so each paces its large adds for the others' small ones too. None: this process's own.
+    small_add_beacon_path: str | None = None
 
     # TLS to the bookies (storage/tls.py): set the trust store to dial every bookie with TLS; a certificate and
     # key for bookies that require client authentication. Pulsar's bookkeeperTLSTrustCertsFilePath,

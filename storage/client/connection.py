@@ -39,7 +39,7 @@ from typing import Callable
 from storage import protocol
 from storage.client import faults as fault_ops
 from storage.client.config import ClientConfig
-from storage.client.pacing import BulkPacer
+from storage.client.pacing import BulkPacer, SmallAddBeacon
 from storage.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
@@ -288,7 +288,8 @@ class BookiePool:
         # likewise spreads requests over several channels per bookie). Nothing relies on order across the two:
         # the bookie takes a ledger's entries in any order and the ledger handle completes adds in order.
         self._bulk: dict[str, BookieConnection] = {}
-        self.pacer = BulkPacer(config.bulk_add_pace_bytes_per_s)  # shared by the large adds' connections
+        beacon = SmallAddBeacon(config.small_add_beacon_path) if config.small_add_beacon_path else None
+        self.pacer = BulkPacer(config.bulk_add_pace_bytes_per_s, beacon=beacon)  # for the large adds' connections
         self.faults = faults
         self._closed = False
 

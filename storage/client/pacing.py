@@ -9,7 +9,9 @@ Spread over 40 ms, the same bytes leave gaps the small adds go through.
 
 How: after each slice a connection for large adds (``BookiePool``'s second connection per bookie) sends, it
 waits ``slice bytes / bulk_add_pace_bytes_per_s`` before the next one -- but only while this client has sent a
-small add within the last ``SMALL_ADDS_ACTIVE_S``. Alone, large adds go at full speed. Nothing is reordered.
+small add within the last ``SMALL_ADDS_ACTIVE_S`` -- it, or any process sharing its ``SmallAddBeacon`` (the
+standalone's broker workers share one, since they share the bookies and the cores). Alone, large adds go at
+full speed. Nothing is reordered.
 The default pace, 64 MiB/s to each bookie, is just under what the development VM's one disk takes of two
 bookies' journal and entry-log writes (314 MB/s / 4); on a bookie with disks of its own it does bind a
 large-message writer while small adds flow through the same client. 0 turns it off.
@@ -17,26 +19,62 @@ large-message writer while small adds flow through the same client. 0 turns it o
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 import time
 from typing import Callable
 
 # A small add sent this recently means someone small is waiting behind the large ones.
 SMALL_ADDS_ACTIVE_S = 1.0
+# How often a process writes the shared beacon at most: its small adds are many, the beacon needs one a window.
+BEACON_WRITE_INTERVAL_S = 0.05
+_STAMP = struct.Struct("d")
+
+
+class SmallAddBeacon:
+    """When any of the processes sharing ``path`` last sent a small add: one CLOCK_MONOTONIC stamp (one clock for
+    the whole machine) in a shared memory map of the file. A write or read is an 8-byte copy; a torn one could
+    only misjudge one pause."""
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < _STAMP.size:
+                os.ftruncate(fd, _STAMP.size)
+            self._map = mmap.mmap(fd, _STAMP.size)
+        finally:
+            os.close(fd)
+
+    def mark(self, at: float) -> None:
+        _STAMP.pack_into(self._map, 0, at)
+
+    def last(self) -> float:
+        return _STAMP.unpack_from(self._map, 0)[0]
 
 
 class BulkPacer:
-    def __init__(self, bytes_per_s: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, bytes_per_s: int, clock: Callable[[], float] = time.monotonic,
+                 beacon: SmallAddBeacon | None = None):
         self.bytes_per_s = bytes_per_s  # 0 = never pace
         self._clock = clock
+        self._beacon = beacon
         self._small_at = float("-inf")
+        self._beacon_at = float("-inf")  # when this process last wrote the beacon
         self.paced_s = 0.0  # total time large adds waited for the pace (a metric)
 
     def small_add(self) -> None:
-        self._small_at = self._clock()
+        now = self._small_at = self._clock()
+        if self._beacon is not None and now - self._beacon_at >= BEACON_WRITE_INTERVAL_S:
+            self._beacon_at = now
+            self._beacon.mark(now)
+
+    def _last_small_add(self) -> float:
+        return self._small_at if self._beacon is None else max(self._small_at, self._beacon.last())
 
     def gap_s(self, sent_bytes: int) -> float:
         """How long a connection for large adds waits after sending ``sent_bytes`` before it sends more."""
-        if not self.bytes_per_s or sent_bytes <= 0 or self._clock() - self._small_at > SMALL_ADDS_ACTIVE_S:
+        if not self.bytes_per_s or sent_bytes <= 0 or self._clock() - self._last_small_add() > SMALL_ADDS_ACTIVE_S:
             return 0.0
         gap = sent_bytes / self.bytes_per_s
         self.paced_s += gap

@@ -131,7 +131,8 @@ def test_every_broker_field_with_a_pulsar_name_has_it():
             "connection_timeout_s", "managed_ledger_password_previous_secrets",
             "max_control_commands_per_connection_per_s", "max_wasted_commands_per_connection_per_s",
             "max_control_commands_burst_per_connection", "max_undispatched_acks_per_connection_per_s",
-            "stream_port", "stats_sample_interval_s", "metrics_worker_urls", "bookkeeper_client_bulk_add_pace_mb_per_s"}
+            "stream_port", "stats_sample_interval_s", "metrics_worker_urls", "bookkeeper_client_bulk_add_pace_mb_per_s",
+            "small_add_beacon_path"}
     mapped = {spec.field for spec in PULSAR_KEYS.values()}
     assert {f.name for f in dataclasses.fields(BrokerConfig)} - mapped == ours
 

@@ -38,6 +38,14 @@ def test_worker_zero_is_told_the_other_workers_web_urls_to_merge_their_metrics_i
     assert plan_workers(config, 1, URL, ports())[0].metrics_worker_urls == ()
 
 
+def test_several_workers_share_one_small_add_beacon_and_a_worker_alone_keeps_none():
+    config = BrokerConfig(metadata_store_url="file:///d/metadata", port=6650, http_port=8080)
+    plans = plan_workers(config, 3, URL, ports(), small_add_beacon_path="/d/small-adds.beacon")
+    assert {p.small_add_beacon_path for p in plans} == {"/d/small-adds.beacon"}
+    assert plans[1].ledger_client_fields()["small_add_beacon_path"] == "/d/small-adds.beacon"
+    assert plan_workers(config, 1, URL, ports(), small_add_beacon_path="/d/b")[0].small_add_beacon_path is None
+
+
 def test_a_listener_that_is_off_stays_off_on_every_worker_and_tls_gets_its_own_ports():
     config = BrokerConfig(metadata_store_url="x://", port=None, http_port=8080, tls_port=6651, https_port=8443,
                           stream_port=None)

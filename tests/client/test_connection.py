@@ -323,3 +323,22 @@ def test_the_pacer_binds_only_while_small_adds_were_sent_within_its_window():
 def test_the_pace_must_not_be_negative():
     with pytest.raises(ValueError, match="bulk_add_pace_bytes_per_s"):
         ClientConfig(bulk_add_pace_bytes_per_s=-1).validate()
+
+
+def test_a_small_add_in_another_process_sharing_the_beacon_paces_this_ones_large_adds(tmp_path):
+    import subprocess
+    import sys
+
+    from storage.client.pacing import SMALL_ADDS_ACTIVE_S, BulkPacer, SmallAddBeacon
+
+    path = str(tmp_path / "small-adds.beacon")
+    here = BulkPacer(1024 * 1024, beacon=SmallAddBeacon(path))
+    assert here.gap_s(256 * 1024) == 0  # nobody has sent a small add
+    # Another process (a second broker worker) sends a small add: CLOCK_MONOTONIC is one clock for the machine.
+    subprocess.run([sys.executable, "-c",
+                    "import sys; from storage.client.pacing import BulkPacer, SmallAddBeacon; "
+                    "BulkPacer(1, beacon=SmallAddBeacon(sys.argv[1])).small_add()", path], check=True)
+    assert here.gap_s(256 * 1024) == pytest.approx(0.25)
+    stale = BulkPacer(1024 * 1024, clock=lambda: SmallAddBeacon(path).last() + SMALL_ADDS_ACTIVE_S + 0.1,
+                      beacon=SmallAddBeacon(path))
+    assert stale.gap_s(256 * 1024) == 0  # a window after it, not paced
