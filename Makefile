@@ -52,7 +52,7 @@ run: venv
 
 # pytest exit code 5 means "no tests collected": that is a failure, not a pass.
 test: venv zookeeper rabbitmq
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-slow: venv zookeeper rabbitmq
