@@ -152,6 +152,8 @@ def collect(service) -> _Families:
     g.add("pulsar_connection_write_buffer_max_bytes", "the most reply bytes waiting for any one client", "",
           max(buffered, default=0))
     g.add("pulsar_topics_count", "topics loaded in this broker", "", len(service.topics))
+    g.add("magnetar_bookie_client_bulk_add_paced_seconds_total", "time the adds of 256 KiB and up waited for their "
+          "pace while small adds flowed (storage/client/pacing.py)", "", service.client.bulk_add_paced_s, kind="counter")
     for generation, stats in enumerate(gc.get_stats()):
         g.add("magnetar_gc_collections_total", "garbage collections of this generation", f'{{generation="{generation}"}}',
               stats["collections"], kind="counter")

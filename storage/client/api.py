@@ -131,5 +131,9 @@ class LedgerClient(Protocol):
     async def list_ledgers(self) -> list[int]:
         """Ids of every ledger, ascending."""
 
+    @property
+    def bulk_add_paced_s(self) -> float:
+        """Seconds this client's large adds have waited for their pace so far (storage/client/pacing.py)."""
+
     async def close(self) -> None:
         """Stop every writer and handle; later calls raise ClientClosedError. Idempotent."""

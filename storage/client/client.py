@@ -87,6 +87,10 @@ class LedgerClient:
         return self._ctx
 
     @property
+    def bulk_add_paced_s(self) -> float:
+        return self._ctx.pool.pacer.paced_s
+
+    @property
     def registry(self) -> BookieRegistry:
         return self._ctx.registry
 

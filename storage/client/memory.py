@@ -265,6 +265,10 @@ class MemoryLedgerClient:
         self._check_open()
         return sorted(self.store.ledgers)
 
+    @property
+    def bulk_add_paced_s(self) -> float:
+        return 0.0  # adds never leave the process: nothing to pace
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the ledger client is closed")

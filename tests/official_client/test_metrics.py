@@ -138,6 +138,18 @@ def test_add_latency_entry_sizes_and_cache_are_measured(standalone, client, topi
     assert value(m, "pulsar_storage_write_rate", **t) > 0 and value(m, "pulsar_storage_read_rate", **t) > 0
 
 
+def test_a_large_message_sent_while_small_ones_flow_is_paced_and_counted(standalone, client, topic):
+    paced = "magnetar_bookie_client_bulk_add_paced_seconds_total"
+    before = value(broker_metrics(standalone), paced)
+    assert before is not None
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"small")  # a small add: the next second's large adds are paced (storage/client/pacing.py)
+    producer.send(b"L" * (2 * 1024 * 1024))
+    producer.close()
+    # 2 MiB in 256 KiB slices at the default 64 MiB/s to each of the Qw bookies: at least 7 pauses of 3.9 ms each.
+    assert value(broker_metrics(standalone), paced) - before >= 7 * (256 / (64 * 1024))
+
+
 def test_unacked_delayed_and_backlog(standalone, client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
     held = client.subscribe(topic, "held", consumer_type=pulsar.ConsumerType.Shared)
