@@ -178,7 +178,9 @@ class BookieConnection(asyncio.Protocol):
             room -= len(piece)
         if out and not self._writing_paused:
             self._flush_scheduled = True
-            gap = self._pacer.gap_s(_WRITE_SLICE_BYTES - room) if self._pacer is not None else 0.0
+            gap = 0.0
+            if self._pacer is not None and self._pacer.active():  # what waits is counted only then
+                gap = self._pacer.gap_s(_WRITE_SLICE_BYTES - room, sum(map(len, out)))
             if gap > 0:
                 self._loop.call_later(gap, self._flush)
             else:

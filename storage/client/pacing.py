@@ -11,7 +11,9 @@ How: after each slice it sends, a connection for large adds (``BookiePool``'s se
 waits ``slice bytes / bulk_add_pace_bytes_per_s`` before the next one, but only while a small add was sent within
 the last ``SMALL_ADDS_ACTIVE_S``, by this client or by any process sharing its ``SmallAddBeacon`` (the
 standalone's broker workers share one: they share the bookies and the cores). Alone, large adds go at full
-speed. Nothing is reordered.
+speed. Nothing is reordered. The pace spreads bursts and never builds a queue: while more than
+``MAX_PACED_BACKLOG_S`` of bytes at the pace wait to be sent, the connection sends at full speed, so pacing
+delays an add by about a second at most, far inside ``add_entry_timeout_s``.
 
 The default pace, 64 MiB/s to each bookie, is just under what the development VM's one disk takes of two
 bookies' journal and entry-log writes (314 MB/s / 4); on a bookie with disks of its own it does bind a
@@ -30,6 +32,8 @@ from typing import Callable
 SMALL_ADDS_ACTIVE_S = 1.0
 # How often a process writes the shared beacon at most: its small adds are many, the beacon needs one a window.
 BEACON_WRITE_INTERVAL_S = 0.05
+# Beyond this many seconds' worth of bytes (at the pace) waiting to be sent, large adds are not paced.
+MAX_PACED_BACKLOG_S = 1.0
 _STAMP = struct.Struct("d")
 
 
@@ -73,12 +77,17 @@ class BulkPacer:
     def _last_small_add(self) -> float:
         return self._small_at if self._beacon is None else max(self._small_at, self._beacon.last())
 
-    def gap_s(self, sent_bytes: int) -> float:
-        """How long a connection for large adds waits after sending ``sent_bytes`` before it sends more."""
-        if not self.bytes_per_s or sent_bytes <= 0:
-            return 0.0
+    def active(self) -> bool:
+        """Large adds are to be paced now: a pace is set and a small add was sent within the window."""
+        if not self.bytes_per_s:
+            return False
         # A stamp more than a window ahead of the clock is a beacon file left by an earlier boot: not a small add.
-        if not -SMALL_ADDS_ACTIVE_S <= self._clock() - self._last_small_add() <= SMALL_ADDS_ACTIVE_S:
+        return -SMALL_ADDS_ACTIVE_S <= self._clock() - self._last_small_add() <= SMALL_ADDS_ACTIVE_S
+
+    def gap_s(self, sent_bytes: int, backlog_bytes: int = 0) -> float:
+        """How long a connection for large adds waits after sending ``sent_bytes`` before it sends more, with
+        ``backlog_bytes`` still waiting to be sent."""
+        if sent_bytes <= 0 or backlog_bytes > self.bytes_per_s * MAX_PACED_BACKLOG_S or not self.active():
             return 0.0
         gap = sent_bytes / self.bytes_per_s
         self.paced_s += gap

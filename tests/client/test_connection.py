@@ -320,6 +320,36 @@ def test_the_pacer_binds_only_while_small_adds_were_sent_within_its_window():
     assert off.gap_s(256 * 1024) == 0
 
 
+def test_the_pacer_never_builds_a_queue_of_more_than_a_second_at_its_pace():
+    from storage.client.pacing import MAX_PACED_BACKLOG_S, BulkPacer
+
+    pacer = BulkPacer(1024 * 1024, clock=lambda: 5.0)
+    pacer.small_add()
+    limit = int(1024 * 1024 * MAX_PACED_BACKLOG_S)
+    assert pacer.gap_s(256 * 1024, backlog_bytes=limit) == pytest.approx(0.25)
+    assert pacer.gap_s(256 * 1024, backlog_bytes=limit + 1) == 0  # more waits than a second's worth: full speed
+
+
+async def test_adds_queued_beyond_a_second_at_the_pace_go_at_full_speed_until_the_queue_is_back_under_it(
+        server_factory):
+    from storage.client.connection import _WRITE_SLICE_BYTES
+
+    rate = 2 * 1024 * 1024  # paced, six 1 MiB adds would take about 3 s; the queue over 2 MiB goes unpaced
+    server = await server_factory(ok_read)
+    pool = pool_for(server, ClientConfig(bulk_add_pace_bytes_per_s=rate))
+    body = b"q" * (1024 * 1024)
+    large = asyncio.gather(*(pool.add("b", 1, e, b"k", body) for e in range(6)))
+    entry = 0
+    while not large.done():  # small adds keep flowing all along, so the pace stays on
+        await pool.add("b", 2, entry, b"k", b"s" * 100)
+        entry += 1
+        await asyncio.wait([large], timeout=0.05)
+    assert [r.entry_id for r in large.result()] == list(range(6))
+    # Paced only while at most 2 MiB waited: about the last 2 MiB, never the 4 MiB before them.
+    assert 0 < pool.pacer.paced_s <= (2 * 1024 * 1024 + _WRITE_SLICE_BYTES) / rate
+    await pool.close()
+
+
 def test_the_pace_must_not_be_negative():
     with pytest.raises(ValueError, match="bulk_add_pace_bytes_per_s"):
         ClientConfig(bulk_add_pace_bytes_per_s=-1).validate()
