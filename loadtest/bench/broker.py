@@ -11,6 +11,7 @@ Each run also measures the disk's own fdatasync rate in the same run, as the ref
 
 from __future__ import annotations
 
+import resource
 import tempfile
 import threading
 import time
@@ -52,6 +53,13 @@ class _Deployment:
             self.zk.__exit__(None, None, None)
 
 
+def _process_cpu_s() -> float:
+    """User + system CPU of this process, every thread: the official client's C++ threads and the loop that feeds
+    it (the broker is another process)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _client(url: str):
     import pulsar
 
@@ -83,13 +91,16 @@ def produce(url: str, messages: int, body_bytes: int = MESSAGE_BYTES, window: in
         producer.flush()
         # A Python callback per message costs a GIL hand-off from the client's C++ thread and caps the
         # client near 30k msg/s; one in CALLBACK_EVERY carries a callback, flush() waits for all of them.
+        cpu_before = _process_cpu_s()
         start = time.perf_counter()
         for i in range(messages):
             producer.send_async(body, callback if i % CALLBACK_EVERY == 0 else None)
         producer.flush()
         elapsed = time.perf_counter() - start
+        client_cpu_s = _process_cpu_s() - cpu_before
         return {"messages": messages, "message_bytes": body_bytes, "msg_per_s": messages / elapsed,
-                "mb_per_s": messages * body_bytes / elapsed / 1e6, "failures": len(failures)}
+                "mb_per_s": messages * body_bytes / elapsed / 1e6, "failures": len(failures),
+                "client_cpu_s": client_cpu_s, "client_cpu_us_per_msg": client_cpu_s / messages * 1e6}
     finally:
         client.close()
 

@@ -42,6 +42,9 @@ WINDOW = 512
 QW = 2  # write quorum of `broker standalone` (E2/Qw2/Qa2)
 DEEP_WINDOW, DEEP_BATCH = 50_000, 1000  # the broker and client suites' producer: not the peers' window
 # Which rows fsync before they confirm (the report prints it beside each).
+# Issue 24's targets: Magnetar (pulsar-client) over the RabbitMQ stream at these sizes, in the same run.
+STREAM_TARGETS = {"100": 3.0, "1024": 3.0, "65536": 1.0}
+PULSAR_CLIENT_ROWS = ("pulsar_client", "pulsar_client_deep", "pulsar_client_no_fsync")
 FSYNCS = {"pulsar_client": True, "magnetar": True, "pulsar_client_deep": True, "pulsar_client_no_fsync": False,
           "rabbitmq_quorum": True, "rabbitmq_stream": False, "nats_jetstream": False}
 
@@ -168,6 +171,31 @@ def ratios_by_size(sweep: dict[str, dict[str, dict]]) -> dict[str, dict[str, flo
             for size in sizes}
 
 
+def what_the_stream_targets_need(sweep: dict[str, dict[str, dict]], disk_64k_mb_per_s: float,
+                                  cores: int) -> dict[str, dict]:
+    """What meeting each stream target would take, from this run's own figures.
+
+    The official client's CPU per message is the least any pulsar-client row of the size spent (the deep window's
+    batches of 1,000 are the cheapest): a lower bound on what its process needs per message, whatever the broker
+    does. Times the target rate, it gives the cores the client alone would need. ``vs_disk`` is the target's bytes
+    per second over the disk's fdatasync'd 64 KiB bandwidth: above 1, no copy of every byte can be fsync'd in time,
+    even one copy to one journal.
+    """
+    needs = {}
+    for size, ratio in STREAM_TARGETS.items():
+        if size not in sweep.get("rabbitmq_stream", {}):
+            continue
+        stream = sweep["rabbitmq_stream"][size]
+        cpu = min((sweep[m][size]["client_cpu_us_per_msg"] for m in PULSAR_CLIENT_ROWS
+                   if size in sweep.get(m, {}) and "client_cpu_us_per_msg" in sweep[m][size]), default=None)
+        msg_per_s = ratio * stream["produce_msg_per_s"]
+        needs[size] = {"target": ratio, "msg_per_s": msg_per_s, "mb_per_s": ratio * stream["produce_mb_per_s"],
+                       "client_cpu_us_per_msg": cpu, "cores": cores,
+                       "client_cores": None if cpu is None else msg_per_s * cpu / 1e6,
+                       "vs_disk": ratio * stream["produce_mb_per_s"] / disk_64k_mb_per_s}
+    return needs
+
+
 def run(quick: bool = False) -> dict:
     import uvloop
 
@@ -222,6 +250,7 @@ def run(quick: bool = False) -> dict:
             r.setdefault("produce_mb_per_s", r.get("mb_per_s"))
     results["by_size"] = sweep
     results["ratios_by_size"] = ratios_by_size(sweep)
+    results["stream_targets"] = what_the_stream_targets_need(sweep, results["disk_64k"]["mb_per_s"], os.cpu_count() or 1)
     small = str(MESSAGE_BYTES)
     results["nats_jetstream"], results["pulsar_client"], results["magnetar"] = (
         sweep["nats_jetstream"][small], sweep["pulsar_client"][small], sweep["magnetar"][small])

@@ -117,6 +117,12 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     assert p["config"]["window"] == 512 and p["by_size"]["pulsar_client"]["100"]["failures"] == 0
     assert p["physical_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 4  # Qw 2, journal + entry log
     assert p["journal_only_limit_64k_mb_per_s"] == p["disk_64k"]["mb_per_s"] / 2
+    for size, need in p["stream_targets"].items():  # what each stream target would take, from this run
+        assert need["client_cpu_us_per_msg"] == min(p["by_size"][m][size]["client_cpu_us_per_msg"] for m in (
+            "pulsar_client", "pulsar_client_deep", "pulsar_client_no_fsync")) > 0
+        assert need["msg_per_s"] == need["target"] * p["by_size"]["rabbitmq_stream"][size]["produce_msg_per_s"]
+        assert need["cores"] >= 1 and need["vs_disk"] > 0
+    assert set(p["stream_targets"]) == {"100", "1024", "65536"}
     assert p["ratio_64k_to_physical"]["magnetar"] == (
         p["by_size"]["magnetar"]["65536"]["produce_mb_per_s"] / p["physical_limit_64k_mb_per_s"])
 
@@ -126,6 +132,7 @@ def test_all_suite_quick_writes_json_and_the_report_with_charts(tmp_path):
     assert "produce 100 B vs NATS JetStream" in text and "publish p99 at 1,000 msg/s" in text
     assert "produce 64 KiB vs RabbitMQ stream" in text and "RabbitMQ quorum queue (aio-pika)" in text
     assert "Magnetar + pulsar-client, journal fsync off: **no**" in text
+    assert "| size | target | the target's rate | pulsar-client CPU per message |" in text
     for chart in ("bench-throughput-by-size.png", "bench-latency-cdf.png"):
         assert f"]({chart})" in text
         assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

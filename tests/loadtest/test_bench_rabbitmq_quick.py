@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from loadtest.bench import rabbitmq
-from loadtest.bench.peers import WINDOW, rabbitmq_by_size, ratios_by_size
+from loadtest.bench.peers import WINDOW, rabbitmq_by_size, ratios_by_size, what_the_stream_targets_need
 from storage.testing.processes import process_tree
 
 SIZES = {100: 2_000, 65536: 200}
@@ -59,3 +59,25 @@ def test_ratios_by_size_divide_magnetar_by_each_peer(rates, expected):
     sweep = {system: {"100": {"produce_mb_per_s": rate}, "65536": {"produce_mb_per_s": rate * 2}}
              for system, rate in rates.items()}
     assert ratios_by_size(sweep) == {"100": expected, "65536": expected}
+
+
+def test_what_the_stream_targets_need_uses_the_cheapest_client_row_and_the_disk():
+    def row(msg_per_s, size, cpu=None):
+        return {"produce_msg_per_s": msg_per_s, "produce_mb_per_s": msg_per_s * size / 1e6,
+                **({"client_cpu_us_per_msg": cpu} if cpu is not None else {})}
+
+    sweep = {"rabbitmq_stream": {"100": row(100_000, 100), "1024": row(50_000, 1024), "65536": row(3_000, 65536)},
+             "pulsar_client": {"100": row(1, 100, 5.0), "1024": row(1, 1024, 6.0), "65536": row(1, 65536, 80.0)},
+             "pulsar_client_deep": {"100": row(1, 100, 4.0), "1024": row(1, 1024, 7.0), "65536": row(1, 65536, 60.0)},
+             "pulsar_client_no_fsync": {"100": row(1, 100, 4.5)}}
+    needs = what_the_stream_targets_need(sweep, disk_64k_mb_per_s=100.0, cores=1)
+    assert set(needs) == {"100", "1024", "65536"}
+    small = needs["100"]
+    assert (small["target"], small["msg_per_s"], small["client_cpu_us_per_msg"]) == (3.0, 300_000, 4.0)
+    assert small["client_cores"] == pytest.approx(1.2) and small["vs_disk"] == pytest.approx(0.3)
+    assert needs["1024"]["client_cpu_us_per_msg"] == 6.0 and needs["1024"]["vs_disk"] == pytest.approx(1.536)
+    big = needs["65536"]
+    assert big["target"] == 1.0 and big["mb_per_s"] == pytest.approx(196.608) and big["vs_disk"] == pytest.approx(1.96608)
+    assert big["client_cores"] == pytest.approx(3_000 * 60.0 / 1e6)
+    del sweep["rabbitmq_stream"]["1024"]  # a size the stream did not run has no target row
+    assert set(what_the_stream_targets_need(sweep, 100.0, 1)) == {"100", "65536"}

@@ -128,6 +128,28 @@ def test_the_rabbitmq_peers_get_columns_ratios_and_per_size_verdicts(tmp_path):
     assert "without fsync" in section and "fdatasyncs its write-ahead log" in section
 
 
+def test_a_stream_target_out_of_reach_says_why_in_targets_and_the_peers_section(tmp_path):
+    doc = copy.deepcopy(DOC)
+    official = {size: r["produce_mb_per_s"] for size, r in doc["results"]["peers"]["by_size"]["pulsar_client"].items()}
+    doc = _with_rabbitmq(doc, {size: mb * 2 for size, mb in official.items()})
+    doc["results"]["peers"]["stream_targets"] = {
+        "100": {"target": 3.0, "msg_per_s": 1_200_000.0, "mb_per_s": 120.0, "client_cpu_us_per_msg": 3.5,
+                "cores": 2, "client_cores": 4.2, "vs_disk": 0.4},
+        "65536": {"target": 1.0, "msg_per_s": 19_000.0, "mb_per_s": 1245.2, "client_cpu_us_per_msg": 60.0,
+                  "cores": 2, "client_cores": 1.14, "vs_disk": 3.96}}
+    text = write_report(doc, tmp_path, "x").read_text()
+    targets = text.split("## Targets", 1)[1].split("\n## ", 1)[0]
+    small = next(line for line in targets.splitlines() if line.startswith("| produce 100 B vs RabbitMQ stream"))
+    assert "out of reach here: the client alone would need 4.2 cores of 2)" in small and "**not met**" in small
+    big = next(line for line in targets.splitlines() if line.startswith("| produce 64 KiB vs RabbitMQ stream"))
+    assert "out of reach here: 4.0x the disk's fsync'd bandwidth)" in big and "cores" not in big
+    kib = next(line for line in targets.splitlines() if line.startswith("| produce 1 KiB vs RabbitMQ stream"))
+    assert "out of reach" not in kib  # no figures for it, so no claim
+    section = text.split("## Peers and physical limits", 1)[1].split("\n## ", 1)[0]
+    assert "| 100 B | 3x | 1,200,000 msg/s (120.0 MB/s) | 3.50 µs | 4.2 of 2 | 0.40x |" in section
+    assert "| 64 KiB | 1x | 19,000 msg/s (1,245.2 MB/s) | 60.00 µs | 1.1 of 2 | 3.96x |" in section
+
+
 def test_the_fsync_off_and_deep_window_rows_get_their_own_ratios_and_the_report_says_who_fsyncs(tmp_path):
     from loadtest.bench.peers import FSYNCS
 
