@@ -286,10 +286,11 @@ def _stream_needs(r: dict) -> list[str]:
              "" if n["client_cores"] is None else f"{n['client_cores']:.1f} of {n['cores']}",
              f"{n['vs_disk']:.2f}x"] for size, n in needs.items()]
     return ["What the RabbitMQ stream targets would take, from this run's figures. The official client's CPU per "
-            "message is the least its own process spent in any pulsar-client row of that size (the deep window's "
-            "batches of 1,000 are the cheapest), so it is a floor whatever the broker does; times the target rate, "
-            "it is the cores the client alone would need. Every Magnetar confirm waits for a journal fsync, so the "
-            "target's bytes over the disk's fdatasync'd 64 KiB bandwidth must stay below 1 even for one copy.", "",
+            "message is the least its own process (the C++ client's threads and the Python loop feeding it) spent "
+            "per message in any pulsar-client row of that size; times the target rate, it is the cores the client "
+            "alone would need, before the broker and its bookies get any. Every Magnetar confirm waits for a "
+            "journal fsync, so the target's bytes over the disk's fdatasync'd 64 KiB bandwidth must stay below 1 "
+            "even for a single copy.", "",
             *_table(["size", "target", "the target's rate", "pulsar-client CPU per message",
                      "cores the client alone needs", "target bytes / disk fsync bandwidth"], rows)]
 

@@ -175,11 +175,10 @@ def what_the_stream_targets_need(sweep: dict[str, dict[str, dict]], disk_64k_mb_
                                   cores: int) -> dict[str, dict]:
     """What meeting each stream target would take, from this run's own figures.
 
-    The official client's CPU per message is the least any pulsar-client row of the size spent (the deep window's
-    batches of 1,000 are the cheapest): a lower bound on what its process needs per message, whatever the broker
-    does. Times the target rate, it gives the cores the client alone would need. ``vs_disk`` is the target's bytes
-    per second over the disk's fdatasync'd 64 KiB bandwidth: above 1, no copy of every byte can be fsync'd in time,
-    even one copy to one journal.
+    The official client's CPU per message is the least its process spent per message in any pulsar-client row of
+    the size. Times the target rate, it gives the cores the client alone would need, before the broker and its
+    bookies get any. ``vs_disk`` is the target's bytes per second over the disk's fdatasync'd 64 KiB bandwidth:
+    above 1, not even a single copy of every byte can be fsync'd in time.
     """
     needs = {}
     for size, ratio in STREAM_TARGETS.items():
