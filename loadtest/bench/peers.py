@@ -41,10 +41,10 @@ MESSAGE_BYTES = 100
 WINDOW = 512
 QW = 2  # write quorum of `broker standalone` (E2/Qw2/Qa2)
 DEEP_WINDOW, DEEP_BATCH = 50_000, 1000  # the broker and client suites' producer: not the peers' window
-# Which rows fsync before they confirm (the report prints it beside each).
 # Issue 24's targets: Magnetar (pulsar-client) over the RabbitMQ stream at these sizes, in the same run.
 STREAM_TARGETS = {"100": 3.0, "1024": 3.0, "65536": 1.0}
 PULSAR_CLIENT_ROWS = ("pulsar_client", "pulsar_client_deep", "pulsar_client_no_fsync")
+# Which rows fsync before they confirm (the report prints it beside each).
 FSYNCS = {"pulsar_client": True, "magnetar": True, "pulsar_client_deep": True, "pulsar_client_no_fsync": False,
           "rabbitmq_quorum": True, "rabbitmq_stream": False, "nats_jetstream": False}
 
